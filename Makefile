@@ -1,0 +1,19 @@
+PYTHON ?= python
+
+.PHONY: install test test-slow lint bench
+
+install:
+	$(PYTHON) -m pip install -e '.[dev]'
+
+test:
+	$(PYTHON) -m pytest
+
+test-slow:
+	$(PYTHON) -m pytest -m slow
+
+lint:
+	$(PYTHON) -m ruff check src tests benchmarks
+	$(PYTHON) -m ruff format --check src tests benchmarks
+
+bench:
+	cd benchmarks && $(PYTHON) engine_overhead.py

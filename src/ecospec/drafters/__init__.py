@@ -1,0 +1,1 @@
+"""Drafters propose draft tokens: EAGLE-3 heads, a separate draft LM."""

@@ -1,0 +1,42 @@
+"""What the decode loop asks of a drafter (EAGLE-3 head, MTP head, separate draft LM).
+
+A drafter keeps its own KV cache of the committed sequence. Each SD step the loop calls `begin`
+with what was committed since the previous call, then `expand` depth-1 times to grow the tree
+(see `ecospec.engine.tree.grow_tree`). Tree entries a drafter appends to its cache during `expand`
+are its own business: it drops them at the next `begin`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ecospec.engine.tree import DraftTree
+
+
+class Drafter(Protocol):
+    vocab_size: int  # size of the target vocabulary it proposes tokens in
+    hidden_layers: tuple[int, ...]  # target `hidden_states` indices it needs; () for none
+
+    def reset(self) -> None:
+        """Forget the sequence (new prompt)."""
+
+    def begin(
+        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Consume committed tokens and return the root's top-k children: (log-probs [k], target ids [k]).
+
+        new_tokens [1, m]: tokens committed since the last call; the last one is the root (the step's
+        bonus token). On the first call after `reset` it is the whole prompt followed by the root.
+        new_hidden [1, m', F] (only when hidden_layers is non-empty): the target's hidden states,
+        concatenated over hidden_layers, at the positions *before* new_tokens[-m':], i.e.
+        new_hidden[:, j] was computed at the token preceding new_tokens[:, m - m' + j]
+        (first call: the prompt positions, m' = m - 1; later: the previous root and accepted nodes).
+        """
+        ...
+
+    def expand(self, tree: DraftTree, beam: list[int], topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the drafter on the beam nodes (their ancestors were beam nodes of earlier levels) and
+        return their top-k children: (log-probs [len(beam), k], target ids [len(beam), k])."""
+        ...

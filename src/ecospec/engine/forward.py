@@ -1,0 +1,94 @@
+"""One model forward over a block of tokens with an explicit visibility matrix.
+
+Every forward of the engine (prefill, verification, oracle routing, draft-LM steps) goes through
+here, so tree attention and sliding windows are handled in one place. Caches are plain
+`DynamicCache`s with full-length layers: sliding windows are enforced by the mask, never by
+evicting cache entries (an evicting cache cannot be compacted back to an accepted path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from ecospec.engine.masks import apply_window, to_4d
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Sliding window per attention layer type, and whether the model takes one mask per type."""
+
+    windows: dict[str, int | None]
+    by_type: bool
+
+
+def attention_layout(config) -> AttentionLayout:
+    types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False:
+        window = None
+    if types:
+        return AttentionLayout({t: (window if "sliding" in t else None) for t in set(types)}, by_type=True)
+    return AttentionLayout({"full_attention": window}, by_type=False)
+
+
+def new_cache() -> DynamicCache:
+    return DynamicCache()
+
+
+def cache_len(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def forward_block(
+    model,
+    layout: AttentionLayout,
+    cache: DynamicCache,
+    tokens: torch.Tensor,
+    query_pos: torch.Tensor,
+    key_pos: torch.Tensor,
+    visible: torch.Tensor,
+    *,
+    hidden: bool = False,
+    logits_to_keep: int = 0,
+):
+    """Run `tokens` [1, q] at positions `query_pos` [q] against cache + themselves.
+
+    key_pos [kv] are the positions of the cached entries followed by query_pos; visible is bool
+    [q, kv]. Returns the HF output (logits, and hidden_states when `hidden`).
+    """
+    dtype = model.dtype
+    masks = {
+        t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=True) for t, w in layout.windows.items()
+    }
+    mask = masks if layout.by_type else next(iter(masks.values()))
+    return model(
+        input_ids=tokens,
+        position_ids=query_pos[None],
+        attention_mask=mask,
+        cache=cache,
+        use_cache=True,
+        output_hidden_states=hidden,
+        logits_to_keep=logits_to_keep,
+    )
+
+
+def compact_cache(cache: DynamicCache, start: int, keep: list[int]) -> None:
+    """Keep cache entries [0, start) followed by entries start + keep[i], drop the rest.
+
+    Used after verification: the accepted path's KV moves right after the prefix.
+    """
+    n = start + len(keep)
+    contiguous = keep == list(range(len(keep)))
+    idx = None if contiguous else torch.tensor(keep) + start
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+            continue
+        if idx is not None:
+            i = idx.to(layer.keys.device)
+            layer.keys[..., start:n, :] = layer.keys[..., i, :]
+            layer.values[..., start:n, :] = layer.values[..., i, :]
+        layer.keys = layer.keys[..., :n, :]
+        layer.values = layer.values[..., :n, :]

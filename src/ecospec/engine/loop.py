@@ -1,0 +1,197 @@
+"""The decode loop: draft a tree, pick γ-1 nodes, verify them in one target pass, accept, repeat.
+
+Reads top to bottom: validation, prefill, then one SD step per iteration. `drafter=None` is
+autoregressive decoding through the same loop (a step verifies only the root).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ecospec.engine.acceptance import accept_greedy, accept_sampling
+from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
+from ecospec.engine.records import GenerateResult, StepStats
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, unique_per_layer
+from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
+from ecospec.models.adapters import moe_info
+from ecospec.selection import POLICIES, select
+
+COST_AWARE = ("ecospec", "global_cost", "oracle")
+
+
+def _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new):
+    if not (input_ids.dim() == 2 and input_ids.shape[0] == 1 and input_ids.shape[1] >= 1):
+        raise ValueError(f"input_ids must have shape [1, n>=1] (batch size 1), got {tuple(input_ids.shape)}")
+    if selector not in POLICIES:
+        raise ValueError(f"unknown selector {selector!r}; choose one of {', '.join(POLICIES)}")
+    if gamma < 2:
+        raise ValueError(f"gamma must be >= 2 (tokens verified per step, root included), got {gamma}")
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (draft forward steps), got {depth}")
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1 (children per expanded node), got {topk}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
+    if drafter is not None and drafter.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"drafter vocabulary ({drafter.vocab_size} tokens) does not match the target's "
+            f"({target.config.vocab_size} tokens)"
+        )
+    if drafter is not None and selector in COST_AWARE and predictor is None:
+        raise ValueError(f"selector {selector!r} needs expert sets: pass predictor=<ExpertPredictor> or 'oracle'")
+    if drafter is not None and drafter.hidden_layers and input_ids.shape[1] < 2:
+        raise ValueError("a drafter that reads target hidden states needs a prompt of at least 2 tokens")
+    if selector == "oracle" and predictor != "oracle":
+        raise ValueError("selector 'oracle' takes the target router's true expert sets: pass predictor='oracle'")
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@torch.no_grad()
+def generate(
+    target,
+    input_ids: torch.Tensor,
+    drafter=None,
+    selector: str = "confidence",
+    predictor=None,
+    gamma: int = 4,
+    depth: int = 3,
+    topk: int = 2,
+    temperature: float = 0.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    top_p: float = 1.0,
+    eos_token_id: int | list[int] | None = None,
+) -> GenerateResult:
+    """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API)."""
+    _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
+    info = moe_info(target)
+    layout = attention_layout(target.config)
+    device = target.device
+    if eos_token_id is None:
+        eos_token_id = target.generation_config.eos_token_id if target.generation_config else None
+    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    gen = torch.Generator().manual_seed(seed)
+    ids = input_ids.to(device)
+    n_prompt = ids.shape[1]
+    feats = drafter.hidden_layers if drafter is not None else ()
+    cache = new_cache()
+    if drafter is not None:
+        drafter.reset()
+    if predictor is not None and predictor != "oracle":
+        predictor.reset()
+    out = GenerateResult(tokens=[], prompt_len=n_prompt)
+
+    with RoutingCapture(target) as cap:
+        # Prefill all but the last prompt token: that one is the first step's root.
+        t0 = _now(device)
+        hidden_new = None
+        if n_prompt > 1:
+            pos = torch.arange(n_prompt - 1, device=device)
+            vis = torch.ones(n_prompt - 1, n_prompt - 1, dtype=torch.bool, device=device).tril()
+            res = forward_block(target, layout, cache, ids[:, :-1], pos, pos, vis, hidden=bool(feats), logits_to_keep=1)
+            if feats:
+                hidden_new = torch.cat([res.hidden_states[i] for i in feats], dim=-1)
+        cap.take()
+        out.t_prefill = _now(device) - t0
+        new_tokens = ids  # committed since the drafter/predictor last saw the sequence; last = root
+        root = int(ids[0, -1])
+
+        while len(out.tokens) < max_new_tokens:
+            t_start = _now(device)
+            prefix = cache.get_seq_length()  # committed tokens before the root
+
+            # 1. Draft a tree.
+            tree = DraftTree()
+            if drafter is not None:
+                root_logp, root_ids = drafter.begin(new_tokens, hidden_new, topk)
+                tree = grow_tree(root_logp, root_ids, drafter.expand, depth)
+            t_drafted = _now(device)
+
+            # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
+            experts, root_experts = None, None
+            if len(tree) and selector in COST_AWARE:
+                if predictor == "oracle":
+                    root_experts, experts = _oracle_experts(target, layout, cache, cap, info, root, tree, prefix)
+                else:
+                    root_experts, experts = predictor.predict(new_tokens, tree)
+            t_predicted = _now(device)
+
+            # 3. Select gamma-1 nodes (prefix-closed, ascending so parents precede children).
+            chosen = select(selector, tree.parents, tree.probs, experts, gamma - 1, root_experts) if len(tree) else []
+            t_selected = _now(device)
+
+            # 4. Verify root + chosen nodes in one target forward, accept, compact the cache.
+            slot = {node: j + 1 for j, node in enumerate(chosen)}
+            block_tokens = [root] + [tree.tokens[i] for i in chosen]
+            block_parents = [-1] + [slot.get(tree.parents[i], 0) for i in chosen]
+            block_depths = [0] + [tree.depths[i] for i in chosen]
+            q = len(block_tokens)
+            qpos = torch.tensor(block_depths, device=device) + prefix
+            kpos = torch.cat([torch.arange(prefix, device=device), qpos])
+            tree_vis = ancestor_mask([p - 1 for p in block_parents[1:]], device)  # node-list parents: root = -1
+            vis = torch.cat([torch.ones(q, prefix, dtype=torch.bool, device=device), tree_vis], 1)
+            res = forward_block(
+                target, layout, cache, torch.tensor([block_tokens], device=device), qpos, kpos, vis, hidden=bool(feats)
+            )
+            routes = cap.take()
+            logits = res.logits[0].float()
+            if temperature == 0:
+                path, bonus = accept_greedy(block_tokens, block_parents, logits)
+            else:
+                ranks = [1.0] + [tree.probs[i] for i in chosen]
+                path, bonus = accept_sampling(block_tokens, block_parents, ranks, logits, temperature, top_p, gen)
+            compact_cache(cache, prefix, path)
+            if feats:
+                hidden_new = torch.cat([res.hidden_states[i][:, path] for i in feats], dim=-1)
+            t_end = _now(device)
+
+            produced = [block_tokens[j] for j in path[1:]] + [bonus]
+            out.steps.append(
+                StepStats(
+                    accepted=len(produced),
+                    verified=q,
+                    experts=unique_per_layer(routes, info.num_experts).tolist(),
+                    t_pred=t_predicted - t_drafted,
+                    t_draft=t_drafted - t_start,
+                    t_select=t_selected - t_predicted,
+                    t_verify=t_end - t_selected,
+                    t_total=t_end - t_start,
+                )
+            )
+            for tok in produced:
+                out.tokens.append(tok)
+                if tok in eos or len(out.tokens) >= max_new_tokens:
+                    return out
+            root = bonus
+            new_tokens = torch.tensor([produced], device=device)
+    return out
+
+
+def _oracle_experts(target, layout, cache, cap, info, root, tree: DraftTree, prefix: int):
+    """True expert sets of the root and every candidate: one extra target forward over the whole
+    tree (analysis only), whose cache entries are dropped again."""
+    tokens = torch.tensor([[root] + tree.tokens], device=target.device)
+    qpos = torch.tensor([0] + tree.depths, device=target.device) + prefix
+    kpos = torch.cat([torch.arange(prefix, device=target.device), qpos])
+    vis = torch.cat(
+        [
+            torch.ones(len(tree) + 1, prefix, dtype=torch.bool, device=target.device),
+            ancestor_mask(tree.parents, target.device),
+        ],
+        1,
+    )
+    forward_block(target, layout, cache, tokens, qpos, kpos, vis, logits_to_keep=1)
+    cache.crop(-(len(tree) + 1))
+    masks = expert_bitmasks(cap.take(), info.num_experts)
+    return masks[0], masks[1:]

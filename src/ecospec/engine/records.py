@@ -1,0 +1,36 @@
+"""Plain records of one generation: what every SD step did and how long each phase took."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepStats:
+    accepted: int  # tokens the step produced: accepted draft tokens + the bonus token (AR: 1)
+    verified: int  # tokens in the verify pass, root included
+    experts: list[int]  # unique experts per MoE layer activated by the verify pass
+    t_pred: float = 0.0  # seconds: predictor (or oracle) expert sets for the candidates
+    t_draft: float = 0.0  # drafter forwards + tree growth
+    t_select: float = 0.0
+    t_verify: float = 0.0  # target forward + acceptance + cache compaction
+    t_total: float = 0.0
+
+
+@dataclass
+class GenerateResult:
+    tokens: list[int]  # new tokens, eos kept, truncated at max_new_tokens
+    steps: list[StepStats] = field(default_factory=list)
+    prompt_len: int = 0
+    t_prefill: float = 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Mean tokens produced per step, bonus included (AR = 1)."""
+        return sum(s.accepted for s in self.steps) / max(len(self.steps), 1)
+
+    @property
+    def experts_per_layer(self) -> float:
+        """E: mean over verify passes and MoE layers of the unique experts per layer."""
+        vals = [e for s in self.steps for e in s.experts]
+        return sum(vals) / max(len(vals), 1)

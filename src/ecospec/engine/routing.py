@@ -1,0 +1,90 @@
+"""Capture which experts each token is routed to, and summarise expert sets.
+
+Routes are LongTensors ``[num_moe_layers, tokens, k]`` (layer axis in ``moe_info(model).moe_layers``
+order; expert ids in ``[0, N)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ecospec.models.adapters import routers
+
+
+class RoutingCapture:
+    """Context manager recording the top-k expert indices of every MoE layer during forwards.
+
+    ``with RoutingCapture(model) as cap: model(ids); routes = cap.take()``
+
+    A forward hook on each router (``ecospec.models.routers``) keeps the third element of the router's
+    output (the top-k indices, ``[batch * seq, k]``, batch-major). Hooks return None, so outputs are
+    unchanged; they are removed on exit. Indices stay on the model's device until ``take``.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.routers = routers(model)
+        self._buffers: list[list[torch.Tensor]] = [[] for _ in self.routers]
+        self._handles: list = []
+
+    def _hook(self, layer: int):
+        def hook(module, args, output):
+            self._buffers[layer].append(output[2].detach())
+
+        return hook
+
+    def __enter__(self) -> RoutingCapture:
+        self._handles = [r.register_forward_hook(self._hook(i)) for i, r in enumerate(self.routers)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def clear(self) -> None:
+        for buf in self._buffers:
+            buf.clear()
+
+    def take(self, device: str | torch.device | None = "cpu") -> torch.Tensor:
+        """Routes of the forward(s) since the last take: LongTensor [num_moe_layers, tokens, k], tokens in
+        call order (within a forward: batch-major). Clears the buffer. ``device=None`` keeps the
+        model's device (one transfer per take, not per layer)."""
+        counts = {sum(t.shape[0] for t in buf) for buf in self._buffers}
+        if len(counts) != 1:
+            self.clear()
+            raise RuntimeError(f"routers saw different token counts {sorted(counts)} (interrupted forward?)")
+        if not self._buffers[0]:
+            k = int(getattr(self.routers[0], "top_k", 0))
+            return torch.empty(len(self.routers), 0, k, dtype=torch.long, device=device)
+        routes = torch.stack([torch.cat(buf, dim=0) for buf in self._buffers]).long()
+        self.clear()
+        return routes if device is None else routes.to(device)
+
+
+def unique_per_layer(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """[L] number of distinct experts each layer uses over all tokens of ``routes`` [L, T, k]."""
+    num_layers = routes.shape[0]
+    used = torch.zeros(num_layers, num_experts, dtype=torch.bool, device=routes.device)
+    used.scatter_(1, routes.reshape(num_layers, -1).long(), True)
+    return used.sum(dim=1)
+
+
+def expert_bitmasks(routes: torch.Tensor, num_experts: int) -> list[int]:
+    """Per token, a Python int with bit ``layer * N + expert`` set for each expert it is routed to.
+
+    ``routes`` [L, T, k] -> list of T ints. Vectorised: the [T, L*N] one-hot is packed little-endian with
+    numpy.packbits and each row becomes one int via int.from_bytes.
+    """
+    num_layers, tokens, k = routes.shape
+    if tokens == 0:
+        return []
+    idx = routes.detach().to("cpu", torch.long).numpy()
+    bits = idx + (np.arange(num_layers, dtype=np.int64) * num_experts)[:, None, None]  # [L, T, k]
+    onehot = np.zeros((tokens, num_layers * num_experts), dtype=np.bool_)
+    rows = np.broadcast_to(np.arange(tokens)[None, :, None], bits.shape)
+    onehot[rows.reshape(-1), bits.reshape(-1)] = True
+    packed = np.packbits(onehot, axis=1, bitorder="little")  # [T, ceil(L*N / 8)]
+    width = packed.shape[1]
+    raw = packed.tobytes()
+    return [int.from_bytes(raw[i * width : (i + 1) * width], "little") for i in range(tokens)]

@@ -1,0 +1,89 @@
+"""Draft trees: growth the EAGLE-2/3 way, ancestor masks and depth-based positions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Candidate pool of one SD step. Node i's parent is parents[i] (-1 = the root).
+
+    Nodes are stored level by level, so a parent always has a smaller index than its children.
+    `probs` is the cumulative draft probability P (product along the path from the root).
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, token: int, parent: int, prob: float) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.probs.append(prob)
+        self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+        return len(self.tokens) - 1
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the first-level ancestor down to `node`."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+
+# expand(tree, beam, k) -> (log-probs [len(beam), k], target token ids [len(beam), k]) for the children of beam.
+Expand = Callable[[DraftTree, list[int], int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def grow_tree(root_logp: torch.Tensor, root_ids: torch.Tensor, expand: Expand, depth: int) -> DraftTree:
+    """Grow a draft tree with `depth` drafter forwards (the first one produced root_logp/root_ids).
+
+    Level 1 = the top-k children of the root. Each further forward expands the current beam (the k
+    best nodes of the previous level by P); every child enters the pool, the best k form the next beam.
+    Pool size: k + (depth - 1) * k^2.
+    """
+    tree = DraftTree()
+    for lp, tok in zip(root_logp.tolist(), root_ids.tolist(), strict=True):
+        tree.add(tok, -1, math.exp(lp))
+    beam = list(range(len(tree)))
+    topk = len(beam)
+    for _ in range(depth - 1):
+        logp, ids = expand(tree, beam, topk)
+        parent_p = torch.tensor([tree.probs[b] for b in beam], dtype=torch.float64)
+        child_p = parent_p[:, None] * logp.double().exp()
+        children = []
+        for row, parent in enumerate(beam):
+            for col in range(ids.shape[1]):
+                children.append(tree.add(int(ids[row, col]), parent, float(child_p[row, col])))
+        order = sorted(children, key=lambda i: (-tree.probs[i], i))
+        beam = order[:topk]
+    return tree
+
+
+def tree_positions(depths: list[int], prefix_len: int, device: torch.device | None = None) -> torch.Tensor:
+    """Position ids of root + nodes: prefix length + depth (root depth 0)."""
+    return torch.tensor([prefix_len] + [prefix_len + d for d in depths], device=device)
+
+
+def ancestor_mask(parents: list[int], device: torch.device | None = None) -> torch.Tensor:
+    """Bool [n+1, n+1] over root + nodes (given in an order where parents precede children):
+    entry (q, k) is True when k is q itself or one of its ancestors. `parents` index into the same
+    node list (-1 = root)."""
+    n = len(parents) + 1
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:, 0] = True
+    for i, p in enumerate(parents, start=1):
+        if p >= 0:
+            mask[i] = mask[p + 1]
+        mask[i, i] = True
+    return mask.to(device) if device is not None else mask

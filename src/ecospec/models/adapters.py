@@ -1,0 +1,182 @@
+"""Family adapters: what the engine and the cost models need to know about an HF MoE causal LM.
+
+Supported (transformers 5.x classes), family, router module, dense (non-MoE) decoder layers:
+
+* ``Qwen3MoeForCausalLM``, qwen3_moe, ``layer.mlp.gate``: ``mlp_only_layers`` / ``decoder_sparse_step``
+* ``GptOssForCausalLM``, gpt_oss, ``layer.mlp.router``: none
+* ``DeepseekV3ForCausalLM``, deepseek_v3, ``layer.mlp.gate``: the first ``first_k_dense_replace``
+* ``MixtralForCausalLM``, mixtral, ``layer.mlp.gate``: none
+
+In all four the router's forward returns ``(router_logits, top_k_weights, top_k_indices)`` where the
+indices are a LongTensor ``[tokens, k]`` over the flattened ``[batch * seq]`` tokens. Routed experts are
+stored fused in ``layer.mlp.experts`` as 3-D parameters whose first dimension is the expert index.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+
+# HF class name -> (family, name of the router attribute of a MoE block)
+_CLASSES: dict[str, tuple[str, str]] = {
+    "Qwen3MoeForCausalLM": ("qwen3_moe", "gate"),
+    "GptOssForCausalLM": ("gpt_oss", "router"),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", "gate"),
+    "MixtralForCausalLM": ("mixtral", "gate"),
+}
+_MODEL_TYPES = {family: cls for cls, (family, _) in _CLASSES.items()}  # config.model_type -> class name
+SUPPORTED_CLASSES: tuple[str, ...] = tuple(_CLASSES)
+
+
+class UnsupportedModelError(ValueError):
+    """The model is not one of the supported MoE causal-LM classes."""
+
+
+@dataclass(frozen=True)
+class MoeInfo:
+    family: str  # "qwen3_moe" | "gpt_oss" | "deepseek_v3" | "mixtral"
+    num_layers: int
+    moe_layers: tuple[int, ...]  # decoder-layer indices that have a routed-expert block
+    num_experts: int  # N routed experts per MoE layer
+    top_k: int  # k experts per token
+    expert_params: int  # parameters of ONE routed expert (incl. its biases for gpt-oss)
+    shared_expert_params: int  # per MoE layer (DeepSeek shared experts), 0 otherwise
+    dense_params: int  # every parameter that is not a routed expert
+    layer_types: tuple[str, ...]  # per decoder layer: "full_attention" or "sliding_attention"
+    windows: dict[str, int | None]  # layer type -> sliding window (key visible iff k_pos > q_pos - w)
+    mask_by_layer_type: bool  # forward accepts attention_mask={layer_type: 4-D mask}
+
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.moe_layers)
+
+    @property
+    def routed_params(self) -> int:
+        """All routed-expert parameters of the model."""
+        return self.expert_params * self.num_experts * len(self.moe_layers)
+
+    @property
+    def total_params(self) -> int:
+        return self.dense_params + self.routed_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched by one token (dense part + k routed experts per MoE layer)."""
+        return self.dense_params + self.expert_params * self.top_k * len(self.moe_layers)
+
+
+def _unsupported(what: str) -> UnsupportedModelError:
+    return UnsupportedModelError(
+        f"{what} is not a supported MoE model; supported classes: {', '.join(SUPPORTED_CLASSES)}"
+    )
+
+
+def _family(model) -> tuple[str, str]:
+    """(family, router attribute) from the model's class (or one of its bases)."""
+    for klass in type(model).__mro__:
+        if klass.__name__ in _CLASSES:
+            return _CLASSES[klass.__name__]
+    raise _unsupported(type(model).__name__)
+
+
+def _decoder_layers(model) -> torch.nn.ModuleList:
+    return model.model.layers
+
+
+def _moe_blocks(model) -> list[tuple[int, torch.nn.Module]]:
+    """(layer index, mlp module) of every decoder layer whose MLP holds routed experts."""
+    return [(i, layer.mlp) for i, layer in enumerate(_decoder_layers(model)) if hasattr(layer.mlp, "experts")]
+
+
+def routers(model) -> list[torch.nn.Module]:
+    """The router module of each MoE layer, in ``moe_info(model).moe_layers`` order."""
+    _, attr = _family(model)
+    return [getattr(mlp, attr) for _, mlp in _moe_blocks(model)]
+
+
+def _numel(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _attention_layout(family: str, config, num_layers: int) -> tuple[tuple[str, ...], dict, bool]:
+    if family == "gpt_oss":
+        types = tuple(config.layer_types[:num_layers])
+        windows: dict[str, int | None] = {FULL: None, SLIDING: config.sliding_window}
+        return types, windows, True
+    if family in ("qwen3_moe", "mixtral"):
+        # Both build ONE mask for all layers, sliding iff config.sliding_window is set (what the model
+        # code tests). Qwen3MoeConfig nulls it unless use_sliding_window; max_window_layers is ignored.
+        window = getattr(config, "sliding_window", None)
+        if window is not None:
+            return (SLIDING,) * num_layers, {SLIDING: int(window)}, False
+    return (FULL,) * num_layers, {FULL: None}, False
+
+
+def moe_info(model) -> MoeInfo:
+    """Static MoE facts of a supported model, counted from its instantiated modules (works on meta)."""
+    family, _ = _family(model)
+    config = model.config
+    blocks = _moe_blocks(model)
+    if not blocks:
+        raise _unsupported(f"{type(model).__name__} (no routed-expert layers)")
+    num_layers = len(_decoder_layers(model))
+    experts = blocks[0][1].experts
+    num_experts = int(experts.num_experts)
+    for _, mlp in blocks:
+        for name, p in mlp.experts.named_parameters():
+            if p.shape[0] != num_experts:
+                raise ValueError(f"expert parameter {name} {tuple(p.shape)} is not stacked over {num_experts} experts")
+    per_layer = {_numel(mlp.experts) for _, mlp in blocks}
+    if len(per_layer) != 1 or next(iter(per_layer)) % num_experts:
+        raise ValueError(f"inconsistent routed-expert parameter counts {per_layer} for N={num_experts}")
+    expert_params = next(iter(per_layer)) // num_experts
+    shared = blocks[0][1].shared_experts if hasattr(blocks[0][1], "shared_experts") else None
+    shared_params = _numel(shared) if shared is not None else 0
+    total = _numel(model)  # parameters() de-duplicates tied embeddings / lm_head
+    dense = total - expert_params * num_experts * len(blocks)
+    top_k = int(routers(model)[0].top_k)
+    layer_types, windows, by_type = _attention_layout(family, config, num_layers)
+    return MoeInfo(
+        family=family,
+        num_layers=num_layers,
+        moe_layers=tuple(i for i, _ in blocks),
+        num_experts=num_experts,
+        top_k=top_k,
+        expert_params=expert_params,
+        shared_expert_params=shared_params,
+        dense_params=dense,
+        layer_types=layer_types,
+        windows=windows,
+        mask_by_layer_type=by_type,
+    )
+
+
+_CONFIG_INFO_CACHE: dict[str, MoeInfo] = {}
+
+
+def config_moe_info(config) -> MoeInfo:
+    """``moe_info`` from a config alone: the model is built on the meta device (no memory, no init), so
+    this works for the full-size configs (e.g. a 235B model) as well. Results are cached per config."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _MODEL_TYPES:
+        raise _unsupported(f"config of model_type {model_type!r} ({type(config).__name__})")
+    key = f"{model_type}:{config.to_json_string(use_diff=False)}"
+    if key not in _CONFIG_INFO_CACHE:
+        from transformers import AutoModelForCausalLM
+        from transformers.initialization import no_init_weights
+
+        config = copy.deepcopy(config)
+        # The kernels do not matter for shapes; avoid availability checks (e.g. flash-attn on a CPU box).
+        config._attn_implementation = "eager"
+        config._experts_implementation = "eager"
+        with torch.device("meta"), no_init_weights():
+            model = AutoModelForCausalLM.from_config(config)
+        _CONFIG_INFO_CACHE[key] = moe_info(model)
+    info = _CONFIG_INFO_CACHE[key]
+    return dataclasses.replace(info, windows=dict(info.windows))

@@ -1,0 +1,198 @@
+"""The decode loop: lossless greedy SD for every family and selector, expert counts, errors."""
+
+import pytest
+import torch
+from conftest import FAMILY_PRESETS, prompt
+
+import ecospec
+from ecospec.drafters.draft_model import DraftModelDrafter
+from ecospec.engine.forward import attention_layout, forward_block, new_cache
+from ecospec.engine.tree import ancestor_mask, grow_tree
+from ecospec.models.adapters import moe_info
+
+SETTINGS = [(4, 3, 2), (2, 1, 1), (6, 4, 3)]  # (gamma, depth, topk)
+
+
+def hf_greedy(target, ids, n):
+    out = target.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("preset", FAMILY_PRESETS)
+def test_lossless_greedy(models64, preset):
+    target, draft = models64(preset)
+    ids = prompt(24, target.config.vocab_size)  # longer than the GPT-OSS/Mixtral sliding windows
+    n = 20
+    ar = ecospec.generate(target, ids, max_new_tokens=n, eos_token_id=[])
+    assert ar.tokens == hf_greedy(target, ids, n), "AR through the loop must equal HF greedy generate"
+    assert all(s.accepted == 1 for s in ar.steps)
+    drafter = DraftModelDrafter(draft)
+    accepted_any = rejected_any = False
+    for gamma, depth, topk in SETTINGS:
+        for selector in ("confidence", "ecospec", "global_cost", "oracle"):
+            predictor = None if selector == "confidence" else "oracle"
+            sd = ecospec.generate(
+                target,
+                ids,
+                drafter=drafter,
+                selector=selector,
+                predictor=predictor,
+                gamma=gamma,
+                depth=depth,
+                topk=topk,
+                max_new_tokens=n,
+                eos_token_id=[],
+            )
+            assert sd.tokens == ar.tokens, (preset, gamma, depth, topk, selector)
+            accepted_any |= any(s.accepted > 1 for s in sd.steps)
+            rejected_any |= any(s.accepted < s.verified for s in sd.steps)
+    assert accepted_any and rejected_any, "the perturbed drafter should get some drafts accepted and some rejected"
+
+
+@pytest.mark.parametrize("preset", ["qwen3_moe-a", "deepseek_v3-a", "gpt_oss-a"])
+def test_expert_counts(models64, preset):
+    target, draft = models64(preset)
+    info = moe_info(target)
+    ids = prompt(12, target.config.vocab_size, seed=3)
+    ar = ecospec.generate(target, ids, max_new_tokens=8, eos_token_id=[])
+    assert all(e == info.top_k for s in ar.steps for e in s.experts)
+    assert all(len(s.experts) == len(info.moe_layers) for s in ar.steps)
+    sd = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), gamma=5, max_new_tokens=12, eos_token_id=[])
+    cap = min(info.num_experts, 5 * info.top_k)
+    assert all(info.top_k <= e <= cap for s in sd.steps for e in s.experts)
+    assert any(e > info.top_k for s in sd.steps for e in s.experts)
+
+
+@pytest.mark.parametrize("preset", ["gpt_oss-a", "deepseek_v3-a", "mixtral-b"])
+def test_tree_logits_equal_sequential(models64, preset):
+    """Every node's logits in one tree forward equal those of running its path token by token."""
+    target, draft = models64(preset)
+    layout = attention_layout(target.config)
+    ids = prompt(20, target.config.vocab_size, seed=5)
+    drafter = DraftModelDrafter(draft)
+    tree = grow_tree(*drafter.begin(ids, None, 2), drafter.expand, 3)
+    prefix = ids.shape[1] - 1
+    root = int(ids[0, -1])
+
+    def prefill():
+        cache = new_cache()
+        pos = torch.arange(prefix)
+        forward_block(target, layout, cache, ids[:, :-1], pos, pos, torch.ones(prefix, prefix, dtype=torch.bool).tril())
+        return cache
+
+    cache = prefill()
+    qpos = torch.tensor([0] + tree.depths) + prefix
+    vis = torch.cat([torch.ones(len(tree) + 1, prefix, dtype=torch.bool), ancestor_mask(tree.parents)], 1)
+    tree_logits = forward_block(
+        target, layout, cache, torch.tensor([[root] + tree.tokens]), qpos, torch.cat([torch.arange(prefix), qpos]), vis
+    ).logits[0]
+    for node in range(len(tree)):
+        path = [root] + [tree.tokens[i] for i in tree.path(node)]
+        full = torch.cat([ids[:, :-1], torch.tensor([path])], 1)
+        seq_logits = target(full).logits[0, -1]
+        torch.testing.assert_close(
+            tree_logits[node + 1], seq_logits, rtol=1e-6, atol=1e-6
+        )  # DeepSeek routes in float32
+
+
+def test_eos_stops_and_is_kept(models64):
+    target, draft = models64("qwen3_moe-a")
+    ids = prompt(10, target.config.vocab_size, seed=7)
+    ar = ecospec.generate(target, ids, max_new_tokens=12, eos_token_id=[])
+    eos = ar.tokens[5]
+    first = ar.tokens.index(eos)
+    sd = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), max_new_tokens=12, eos_token_id=eos)
+    assert sd.tokens == ar.tokens[: first + 1]
+
+
+def test_max_new_tokens_trims_overshoot(models64):
+    target, draft = models64("mixtral-a", 0.02)
+    ids = prompt(10, target.config.vocab_size, seed=8)
+    for n in (1, 2, 3, 7):
+        sd = ecospec.generate(
+            target, ids, drafter=DraftModelDrafter(draft), gamma=6, depth=5, max_new_tokens=n, eos_token_id=[]
+        )
+        assert len(sd.tokens) == n
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(gamma=1), "gamma must be >= 2"),
+        (dict(depth=0), "depth must be >= 1"),
+        (dict(topk=0), "topk must be >= 1"),
+        (dict(selector="best"), "unknown selector"),
+        (dict(selector="ecospec"), "needs expert sets"),
+        (dict(temperature=-1.0), "temperature"),
+    ],
+)
+def test_bad_arguments(models64, kwargs, message):
+    target, draft = models64("qwen3_moe-a")
+    with pytest.raises(ValueError, match=message):
+        ecospec.generate(target, prompt(5, 64), drafter=DraftModelDrafter(draft), **kwargs)
+
+
+def test_vocab_mismatch(models64):
+    from ecospec.models.loading import tiny_model
+
+    target, _ = models64("qwen3_moe-a")
+    other = tiny_model("qwen3_moe-a", vocab_size=target.config.vocab_size + 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match="vocabulary"):
+        ecospec.generate(target, prompt(5, 64), drafter=DraftModelDrafter(other))
+
+
+def test_unsupported_target():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
+    with pytest.raises(ValueError, match="LlamaForCausalLM"):
+        ecospec.generate(model, prompt(5, 64))
+
+
+def test_eagle3_drafter_in_the_loop(models64):
+    """Greedy SD with an EAGLE-3 head is lossless, and at every step the head saw exactly the target
+    features a fresh head gets from one forward over the whole committed sequence."""
+    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+
+    target, _ = models64("qwen3_moe-a")
+    cfg = target.config
+    head_cfg = Eagle3Config(
+        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
+        aux_hidden_layers=(0, 1, 2),
+    )  # fmt: skip
+    head = Eagle3Head(head_cfg)
+    init_random_weights(head, std=0.3, seed=0)
+    head = head.double()
+    drafter = Eagle3Drafter(head, target.get_input_embeddings())
+    roots = []
+    real_begin = drafter.begin
+
+    def spy(new_tokens, new_hidden, topk):
+        out = real_begin(new_tokens, new_hidden, topk)
+        roots.append(out[0])
+        return out
+
+    drafter.begin = spy
+    ids = prompt(16, cfg.vocab_size, seed=11)
+    ar = ecospec.generate(target, ids, max_new_tokens=12, eos_token_id=[])
+    sd = ecospec.generate(target, ids, drafter=drafter, max_new_tokens=12, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+    committed = ids.shape[1]
+    for step, root_logp in zip(sd.steps, roots, strict=False):
+        seq = torch.cat([ids, torch.tensor([ar.tokens])], 1)[:, :committed]
+        with torch.no_grad():
+            hs = target(seq[:, :-1], output_hidden_states=True).hidden_states
+        feats = torch.cat([hs[i] for i in head_cfg.aux_hidden_layers], dim=-1)
+        fresh = Eagle3Drafter(head, target.get_input_embeddings())
+        torch.testing.assert_close(fresh.begin(seq, feats, 2)[0], root_logp, rtol=1e-6, atol=1e-6)
+        committed += step.accepted

@@ -1,0 +1,90 @@
+"""Lossless sampling: SD's distribution over the first tokens equals the target's exact one.
+
+Deterministic (fixed seeds), so it cannot flake; a control shows the test rejects a biased rule.
+"""
+
+import pytest
+import torch
+from conftest import prompt
+from scipy.stats import chisquare
+
+import ecospec
+import ecospec.engine.loop as loop
+from ecospec.drafters.draft_model import DraftModelDrafter
+from ecospec.engine.sampling import target_probs
+from ecospec.models.loading import perturbed_copy, tiny_model
+
+VOCAB, RUNS = 12, 1200
+
+
+@pytest.fixture(scope="module")
+def small_vocab():
+    target = tiny_model("qwen3_moe-a", seed=2, dtype=torch.float64, vocab_size=VOCAB)
+    return target, perturbed_copy(target, scale=0.3, seed=4), prompt(6, VOCAB, seed=1)
+
+
+def exact_joint(target, ids, temperature, top_p):
+    """P(first two new tokens = (a, b)) by enumeration."""
+    with torch.no_grad():
+        p1 = target_probs(target(ids).logits[0, -1], temperature, top_p)
+        rows = []
+        for a in range(VOCAB):
+            ext = torch.cat([ids, torch.tensor([[a]])], 1)
+            rows.append(p1[a] * target_probs(target(ext).logits[0, -1], temperature, top_p))
+    return torch.stack(rows).flatten()
+
+
+def pvalue(counts, expected):
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    return chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue
+
+
+def sample_counts(target, ids, drafter, temperature, top_p):
+    counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
+    multi = 0
+    for seed in range(RUNS):
+        res = ecospec.generate(
+            target,
+            ids,
+            drafter=drafter,
+            gamma=5,
+            depth=3,
+            topk=2,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=2,
+            seed=seed,
+            eos_token_id=[],
+        )
+        a, b = res.tokens[:2]
+        counts[a * VOCAB + b] += 1
+        multi += res.steps[0].accepted > 1
+    return counts, multi
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
+    target, draft, ids = small_vocab
+    expected = exact_joint(target, ids, temperature, top_p) * RUNS
+    counts, multi = sample_counts(target, ids, DraftModelDrafter(draft), temperature, top_p)
+    assert multi > RUNS // 10, "drafts should often be accepted, otherwise the test checks little"
+    assert pvalue(counts, expected) > 1e-3
+    ar, _ = sample_counts(target, ids, None, temperature, top_p)
+    assert pvalue(ar, expected) > 1e-3
+
+
+def test_control_biased_acceptance_is_detected(small_vocab, monkeypatch):
+    """Accepting drafts with probability sqrt(p(x)) instead of p(x) must fail the same test."""
+    target, draft, ids = small_vocab
+    real = loop.accept_sampling
+
+    def biased(tokens, parents, ranks, logits, temperature, top_p, generator):
+        return real(tokens, parents, ranks, logits * 0.5, temperature, top_p, generator)
+
+    monkeypatch.setattr(loop, "accept_sampling", biased)
+    expected = exact_joint(target, ids, 1.0, 1.0) * RUNS
+    counts, _ = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0)
+    assert pvalue(counts, expected) < 1e-6
