@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow lint bench
+.PHONY: install test test-slow lint bench demo
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]'
@@ -12,8 +12,11 @@ test-slow:
 	$(PYTHON) -m pytest -m slow
 
 lint:
-	$(PYTHON) -m ruff check src tests benchmarks
-	$(PYTHON) -m ruff format --check src tests benchmarks
+	$(PYTHON) -m ruff check src tests benchmarks run.py
+	$(PYTHON) -m ruff format --check src tests benchmarks run.py
 
 bench:
 	cd benchmarks && $(PYTHON) engine_overhead.py
+
+demo:
+	$(PYTHON) run.py

@@ -10,17 +10,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ecospec.drafters.eagle3 import (
-    CheckpointError,
     Eagle3Config,
     Eagle3Drafter,
     Eagle3Head,
     KVCache,
-    aux_layers_from_config,
     default_aux_hidden_layers,
     init_random_weights,
-    load_eagle3,
-    save_eagle3,
 )
+from ecospec.drafters.eagle3_checkpoint import CheckpointError, aux_layers_from_config, load_eagle3, save_eagle3
 from ecospec.engine.tree import grow_tree
 
 VOCAB, DRAFT_VOCAB, H, TARGET_H = 96, 40, 32, 24

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import DeepseekV3Config, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig
 
+from ecospec.engine.forward import attention_layout
 from ecospec.models import (
     PRESETS,
     UnsupportedModelError,
@@ -64,8 +65,6 @@ def test_preset_moe_info(preset):
     assert info.expert_params * info.num_experts * len(info.moe_layers) + info.dense_params == total
     assert info.total_params == total
     assert len(routers(model)) == len(info.moe_layers)
-    assert len(info.layer_types) == info.num_layers
-    assert set(info.layer_types) <= set(info.windows)
     # config_moe_info builds the same model on the meta device
     assert config_moe_info(cfg) == info
 
@@ -79,27 +78,19 @@ def test_dense_layers_are_excluded():
 
 
 def test_attention_layouts():
-    g = moe_info(tiny_model("gpt_oss-a"))
-    assert g.layer_types == ("sliding_attention", "full_attention")
-    assert g.windows == {"full_attention": None, "sliding_attention": 8}
-    assert g.mask_by_layer_type
-    assert moe_info(tiny_model("gpt_oss-b")).windows["sliding_attention"] == 16
-
-    m = moe_info(tiny_model("mixtral-b"))
-    assert m.layer_types == ("sliding_attention",) * 3 and m.windows == {"sliding_attention": 12}
-    assert not m.mask_by_layer_type
-    m = moe_info(tiny_model("mixtral-a"))
-    assert m.layer_types == ("full_attention",) * 2 and m.windows == {"full_attention": None}
-
-    q = moe_info(tiny_model("qwen3_moe-a"))
-    assert q.layer_types == ("full_attention",) * 2 and q.windows == {"full_attention": None}
+    """Sliding windows per family, as the engine's masks apply them (see engine/forward.py)."""
+    g = attention_layout(tiny_config("gpt_oss-a"))
+    assert g.by_type and g.windows == {"full_attention": None, "sliding_attention": 8}
+    assert attention_layout(tiny_config("gpt_oss-b")).windows["sliding_attention"] == 16
+    m = attention_layout(tiny_config("mixtral-b"))
+    assert not m.by_type and m.windows == {"sliding_attention": 12}
+    assert attention_layout(tiny_config("mixtral-a")).windows == {"full_attention": None}
+    assert attention_layout(tiny_config("qwen3_moe-a")).windows == {"full_attention": None}
     # Qwen3 ignores sliding_window unless use_sliding_window
-    q = config_moe_info(tiny_config("qwen3_moe-a", sliding_window=10))
-    assert q.windows == {"full_attention": None}
-    q = config_moe_info(tiny_config("qwen3_moe-a", sliding_window=10, use_sliding_window=True))
-    assert q.layer_types == ("sliding_attention",) * 2 and q.windows == {"sliding_attention": 10}
-
-    assert moe_info(tiny_model("deepseek_v3-a")).windows == {"full_attention": None}
+    assert attention_layout(tiny_config("qwen3_moe-a", sliding_window=10)).windows == {"full_attention": None}
+    q = attention_layout(tiny_config("qwen3_moe-a", sliding_window=10, use_sliding_window=True))
+    assert q.windows == {"sliding_attention": 10}
+    assert attention_layout(tiny_config("deepseek_v3-a")).windows == {"full_attention": None}
 
 
 def test_full_size_configs_on_meta():

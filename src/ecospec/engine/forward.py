@@ -25,13 +25,18 @@ class AttentionLayout:
 
 
 def attention_layout(config) -> AttentionLayout:
+    """Models with `layer_types` (GPT-OSS) take {layer type: mask}; the others (Qwen3-MoE, Mixtral,
+    DeepSeek-V3) one mask for all layers, windowed iff `sliding_window` is set (Qwen3 clears it
+    unless `use_sliding_window`)."""
     types = getattr(config, "layer_types", None)
     window = getattr(config, "sliding_window", None)
     if getattr(config, "use_sliding_window", True) is False:
         window = None
     if types:
-        return AttentionLayout({t: (window if "sliding" in t else None) for t in set(types)}, by_type=True)
-    return AttentionLayout({"full_attention": window}, by_type=False)
+        return AttentionLayout({t: (window if "sliding" in t else None) for t in sorted(set(types))}, by_type=True)
+    if window is not None:
+        return AttentionLayout({"sliding_attention": window}, by_type=False)
+    return AttentionLayout({"full_attention": None}, by_type=False)
 
 
 def new_cache() -> DynamicCache:

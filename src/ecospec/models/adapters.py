@@ -15,13 +15,9 @@ stored fused in ``layer.mlp.experts`` as 3-D parameters whose first dimension is
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 
 import torch
-
-FULL = "full_attention"
-SLIDING = "sliding_attention"
 
 # HF class name -> (family, name of the router attribute of a MoE block)
 _CLASSES: dict[str, tuple[str, str]] = {
@@ -48,9 +44,6 @@ class MoeInfo:
     expert_params: int  # parameters of ONE routed expert (incl. its biases for gpt-oss)
     shared_expert_params: int  # per MoE layer (DeepSeek shared experts), 0 otherwise
     dense_params: int  # every parameter that is not a routed expert
-    layer_types: tuple[str, ...]  # per decoder layer: "full_attention" or "sliding_attention"
-    windows: dict[str, int | None]  # layer type -> sliding window (key visible iff k_pos > q_pos - w)
-    mask_by_layer_type: bool  # forward accepts attention_mask={layer_type: 4-D mask}
 
     @property
     def num_moe_layers(self) -> int:
@@ -104,24 +97,9 @@ def _numel(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def _attention_layout(family: str, config, num_layers: int) -> tuple[tuple[str, ...], dict, bool]:
-    if family == "gpt_oss":
-        types = tuple(config.layer_types[:num_layers])
-        windows: dict[str, int | None] = {FULL: None, SLIDING: config.sliding_window}
-        return types, windows, True
-    if family in ("qwen3_moe", "mixtral"):
-        # Both build ONE mask for all layers, sliding iff config.sliding_window is set (what the model
-        # code tests). Qwen3MoeConfig nulls it unless use_sliding_window; max_window_layers is ignored.
-        window = getattr(config, "sliding_window", None)
-        if window is not None:
-            return (SLIDING,) * num_layers, {SLIDING: int(window)}, False
-    return (FULL,) * num_layers, {FULL: None}, False
-
-
 def moe_info(model) -> MoeInfo:
     """Static MoE facts of a supported model, counted from its instantiated modules (works on meta)."""
     family, _ = _family(model)
-    config = model.config
     blocks = _moe_blocks(model)
     if not blocks:
         raise _unsupported(f"{type(model).__name__} (no routed-expert layers)")
@@ -141,7 +119,6 @@ def moe_info(model) -> MoeInfo:
     total = _numel(model)  # parameters() de-duplicates tied embeddings / lm_head
     dense = total - expert_params * num_experts * len(blocks)
     top_k = int(routers(model)[0].top_k)
-    layer_types, windows, by_type = _attention_layout(family, config, num_layers)
     return MoeInfo(
         family=family,
         num_layers=num_layers,
@@ -151,9 +128,6 @@ def moe_info(model) -> MoeInfo:
         expert_params=expert_params,
         shared_expert_params=shared_params,
         dense_params=dense,
-        layer_types=layer_types,
-        windows=windows,
-        mask_by_layer_type=by_type,
     )
 
 
@@ -178,5 +152,4 @@ def config_moe_info(config) -> MoeInfo:
         with torch.device("meta"), no_init_weights():
             model = AutoModelForCausalLM.from_config(config)
         _CONFIG_INFO_CACHE[key] = moe_info(model)
-    info = _CONFIG_INFO_CACHE[key]
-    return dataclasses.replace(info, windows=dict(info.windows))
+    return _CONFIG_INFO_CACHE[key]
