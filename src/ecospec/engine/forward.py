@@ -51,26 +51,29 @@ def forward_block(
     model,
     layout: AttentionLayout,
     cache: DynamicCache,
-    tokens: torch.Tensor,
+    tokens: torch.Tensor | None,
     query_pos: torch.Tensor,
     key_pos: torch.Tensor,
     visible: torch.Tensor,
     *,
     hidden: bool = False,
     logits_to_keep: int = 0,
+    embeds: torch.Tensor | None = None,
 ):
     """Run `tokens` [1, q] at positions `query_pos` [q] against cache + themselves.
 
     key_pos [kv] are the positions of the cached entries followed by query_pos; visible is bool
-    [q, kv]. Returns the HF output (logits, and hidden_states when `hidden`).
+    [q, kv]. `embeds` [1, q, H] replaces `tokens` as `inputs_embeds` (models fed embeddings, e.g. the
+    expert predictor's backbone). Returns the HF output (logits, and hidden_states when `hidden`).
     """
     dtype = model.dtype
     masks = {
         t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=True) for t, w in layout.windows.items()
     }
     mask = masks if layout.by_type else next(iter(masks.values()))
+    inputs = {"input_ids": tokens} if embeds is None else {"inputs_embeds": embeds}
     return model(
-        input_ids=tokens,
+        **inputs,
         position_ids=query_pos[None],
         attention_mask=mask,
         cache=cache,
