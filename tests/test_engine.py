@@ -196,3 +196,40 @@ def test_eagle3_drafter_in_the_loop(models64):
         fresh = Eagle3Drafter(head, target.get_input_embeddings())
         torch.testing.assert_close(fresh.begin(seq, feats, 2)[0], root_logp, rtol=1e-6, atol=1e-6)
         committed += step.accepted
+
+
+@pytest.mark.parametrize("preset", ["qwen3_moe-b", "deepseek_v3-a", "gpt_oss-a"])
+def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
+    """The oracle's expert sets (its own pass over the whole candidate tree) equal what the target's
+    routers chose for the root and the selected nodes during verification."""
+    import ecospec.engine.loop as loop
+    from ecospec.engine.routing import expert_bitmasks
+
+    target, draft = models64(preset)
+    oracle, chosen, verified = [], [], []
+    real_oracle, real_select, real_unique = loop._oracle_experts, loop.select, loop.unique_per_layer
+
+    def spy_oracle(*args):
+        out = real_oracle(*args)
+        oracle.append(out)
+        return out
+
+    def spy_select(*args):
+        out = real_select(*args)
+        chosen.append(out)
+        return out
+
+    def spy_unique(routes, n):
+        verified.append(expert_bitmasks(routes, n))
+        return real_unique(routes, n)
+
+    monkeypatch.setattr(loop, "_oracle_experts", spy_oracle)
+    monkeypatch.setattr(loop, "select", spy_select)
+    monkeypatch.setattr(loop, "unique_per_layer", spy_unique)
+    ids = prompt(20, target.config.vocab_size, seed=13)
+    ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
+                     gamma=4, max_new_tokens=16, eos_token_id=[])  # fmt: skip
+    assert len(oracle) == len(chosen) == len(verified) > 3
+    for (root_mask, node_masks), nodes, ver in zip(oracle, chosen, verified, strict=True):
+        assert ver[0] == root_mask
+        assert ver[1:] == [node_masks[i] for i in nodes]

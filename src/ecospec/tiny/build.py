@@ -1,0 +1,531 @@
+"""Build and cache the embedded default: corpus + tokenizer, target, then the drafter, traces and predictor.
+
+Layout (``paths()``)::
+
+    $ECOSPEC_CACHE (default ~/.cache/ecospec)/
+      tiny-<version>/              version = hash of the whole recipe (Budget, cache format, Python minor)
+        .lock                      build lock (fcntl), so concurrent builds wait for each other
+        corpus/   done.json  corpus.json  train.npy  val.npy  tokenizer/
+        target/   done.json  model/  (HF config + safetensors + tokenizer files)
+        drafter/  traces/  predictor/   done.json (+ files of later stages)
+
+A stage is ``Stage(name, run)`` in ``STAGES``: ``run(ctx)`` writes its files into ``ctx.out`` and returns
+a JSON-able metrics dict. It runs in a temp directory (``.<name>.tmp-<pid>``) that is renamed to
+``<name>/`` once ``done.json`` (key, metrics, seconds) is written, so a stage is either complete or
+absent. A stage's key hashes its revision, its part of the budget (``Stage.recipe``, default: the
+budget field named like the stage) and the keys of all earlier stages; a stage whose ``done.json``
+has another key is rebuilt, and so is everything after it. A missing stage whose key matches a
+finished one in a sibling ``tiny-*`` directory (another recipe that differs only downstream) is
+copied from there instead of rebuilt.
+
+Budgets: ``"full"`` (the embedded default; the whole build is designed to fit 20 minutes on 2 CPU
+cores), ``"small"`` (a ~2-3 minute end-to-end version for slow tests) and ``"micro"`` (seconds; unit
+tests). Results are deterministic for a budget and a thread count (``build(threads=2)`` by default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
+from ecospec.tiny.drafter import DrafterRecipe, drafter_stage, drafter_summary
+from ecospec.tiny.evaluate import EvalRecipe, evaluate_stage, evaluate_summary
+from ecospec.tiny.predictor import (
+    PredictorRecipe,
+    TracesRecipe,
+    predictor_stage,
+    predictor_summary,
+    traces_stage,
+    traces_summary,
+)
+from ecospec.tiny.target import TargetRecipe
+
+CACHE_FORMAT = 1  # bump when the layout or the meaning of a stage's files change
+ENV_CACHE = "ECOSPEC_CACHE"
+DEFAULT_THREADS = 2
+
+
+@dataclass(frozen=True)
+class CorpusRecipe:
+    max_bytes: int = 12_000_000  # cap on the sorted stdlib file list (the 3.11 stdlib minus exclusions: ~9.9 MB)
+    val_every: int = 20  # every 20th file is held out
+    vocab_size: int = 4096
+    min_frequency: int = 2
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Every knob of the build. Stages read their part; all of it goes into the cache version."""
+
+    name: str
+    corpus: CorpusRecipe = field(default_factory=CorpusRecipe)
+    target: TargetRecipe = field(default_factory=TargetRecipe)
+    drafter: DrafterRecipe = field(default_factory=DrafterRecipe)
+    traces: TracesRecipe = field(default_factory=TracesRecipe)
+    predictor: PredictorRecipe = field(default_factory=PredictorRecipe)
+    evaluate: EvalRecipe = field(default_factory=EvalRecipe)
+
+
+BUDGETS: dict[str, Budget] = {
+    "full": Budget("full"),
+    "small": Budget(
+        "small",
+        corpus=CorpusRecipe(max_bytes=3_000_000, vocab_size=2048),
+        target=TargetRecipe(
+            moe_intermediate_size=48,
+            seq_len=256,
+            batch_size=4,
+            steps=300,
+            warmup_steps=20,
+            eval_tokens=16384,
+        ),
+        drafter=DrafterRecipe(steps=120, train_windows=600, eval_windows=16),
+        traces=TracesRecipe(samples=120),
+        predictor=PredictorRecipe(hidden_size=64, head_dim=16, intermediate_size=128, steps=120),
+        evaluate=EvalRecipe(prompts=4, max_new_tokens=32),
+    ),
+    "micro": Budget(
+        "micro",
+        corpus=CorpusRecipe(max_bytes=150_000, val_every=5, vocab_size=320),
+        target=TargetRecipe(
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            num_kv_heads=1,
+            head_dim=16,
+            num_experts=8,
+            top_k=2,
+            moe_intermediate_size=16,
+            seq_len=64,
+            batch_size=4,
+            steps=30,
+            warmup_steps=3,
+            eval_tokens=1024,
+            enforce_routing=False,
+        ),
+        drafter=DrafterRecipe(steps=10, batch_size=2, seq_len=64, train_windows=40, eval_windows=4),
+        traces=TracesRecipe(samples=24, length=64),
+        predictor=PredictorRecipe(
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            num_kv_heads=1,
+            head_dim=16,
+            intermediate_size=64,
+            steps=10,
+            window=64,
+            thresholds=(),
+        ),  # fmt: skip
+        evaluate=EvalRecipe(prompts=2, max_new_tokens=8),
+    ),
+}
+
+
+def get_budget(budget: str | Budget) -> Budget:
+    if isinstance(budget, Budget):
+        return budget
+    if budget not in BUDGETS:
+        raise ValueError(f"unknown budget {budget!r}; choose one of {', '.join(BUDGETS)} or pass a Budget")
+    return BUDGETS[budget]
+
+
+def _hash(obj: Any, n: int = 12) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def cache_root() -> Path:
+    """``$ECOSPEC_CACHE``, else ``~/.cache/ecospec``."""
+    env = os.environ.get(ENV_CACHE)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ecospec"
+
+
+def version(budget: str | Budget = "full") -> str:
+    b = get_budget(budget)
+    return _hash({"format": CACHE_FORMAT, "python": list(sys.version_info[:2]), "budget": asdict(b)})
+
+
+def root_dir(budget: str | Budget = "full") -> Path:
+    return cache_root() / f"tiny-{version(budget)}"
+
+
+# ----------------------------------------------------------------------------------------------- stages
+
+
+@dataclass
+class Context:
+    """What a stage's ``run`` gets. ``out``: the (temporary) directory to write into; ``dirs``/``metrics``:
+    final directories and metrics of the stages before it."""
+
+    budget: Budget
+    root: Path
+    out: Path
+    dirs: dict[str, Path]
+    metrics: dict[str, dict]
+    progress: bool = True
+
+    def bar(self, iterable=None, **kwargs):
+        """A tqdm bar (disabled when ``progress`` is False); as a factory: ``ctx.bar(total=n, desc=...)``."""
+        from tqdm.auto import tqdm
+
+        kwargs.setdefault("disable", not self.progress)
+        kwargs.setdefault("dynamic_ncols", True)
+        kwargs.setdefault("leave", False)
+        return tqdm(iterable, **kwargs)
+
+    def log(self, msg: str) -> None:
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"[ecospec.tiny] {msg}", file=sys.stderr)
+
+    # shortcuts to the products of the first stages, for the stages after them
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.dirs["corpus"] / "tokenizer")
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The ``"train"`` or ``"val"`` token stream (``<|bos|> file <|eos|>`` documents)."""
+        return np.load(self.dirs["corpus"] / f"{split}.npy")
+
+    def target(self, **kwargs):
+        return _load_model(self.dirs["target"] / "model", **kwargs)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """``run(ctx) -> metrics``; ``recipe(budget)``: the knobs the stage depends on (part of its key);
+    ``summary(metrics)``: lines for the build summary; ``revision``: bump when ``run`` changes."""
+
+    name: str
+    run: Callable[[Context], dict]
+    recipe: Callable[[Budget], Any] | None = None
+    summary: Callable[[dict], list[str]] | None = None
+    revision: str = "1"
+
+    def recipe_of(self, budget: Budget) -> Any:
+        if self.recipe is not None:
+            return self.recipe(budget)
+        value = getattr(budget, self.name, None)
+        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+def _corpus_stage(ctx: Context) -> dict:
+    r = ctx.budget.corpus
+    t0 = time.perf_counter()
+    corpus = load_corpus(r.max_bytes, r.val_every, progress=lambda it: ctx.bar(it, desc="corpus files", unit="file"))
+    t1 = time.perf_counter()
+    ctx.log(f"training a byte-level BPE tokenizer (vocab {r.vocab_size}) on {len(corpus.train)} files")
+    tok = train_tokenizer(corpus.train, r.vocab_size, r.min_frequency)
+    tok.save_pretrained(ctx.out / "tokenizer")
+    t2 = time.perf_counter()
+    train = encode_documents(tok, corpus.train)
+    val = encode_documents(tok, corpus.val)
+    np.save(ctx.out / "train.npy", train)
+    np.save(ctx.out / "val.npy", val)
+    meta = corpus.metadata()
+    (ctx.out / "corpus.json").write_text(
+        json.dumps({**meta, "files": corpus.files, "val_files": corpus.val_files}, indent=1)
+    )
+    return {
+        **meta,
+        "vocab_size": len(tok),
+        "train_tokens": len(train),
+        "val_tokens": len(val),
+        "chars_per_token": meta["train_chars"] / max(len(train), 1),
+        "read_seconds": t1 - t0,
+        "tokenizer_seconds": t2 - t1,
+        "encode_seconds": time.perf_counter() - t2,
+    }
+
+
+def _corpus_summary(m: dict) -> list[str]:
+    return [
+        f"{m['num_files']} stdlib files, {m['num_bytes'] / 1e6:.2f} MB, sha256 {m['sha256'][:16]}...; "
+        f"BPE vocab {m['vocab_size']}, {m['train_tokens']:,} train / {m['val_tokens']:,} held-out tokens "
+        f"({m['chars_per_token']:.2f} chars/token)"
+    ]
+
+
+def _target_stage(ctx: Context) -> dict:
+    from ecospec.tiny.target import train_target
+
+    tok = ctx.tokenizer()
+    r = ctx.budget.target
+    ctx.log(
+        f"training the target: {r.num_layers} MoE layers, {r.num_experts} experts, top-{r.top_k}, hidden "
+        f"{r.hidden_size}; {r.steps} steps x {r.batch_size} x {r.seq_len} tokens"
+    )
+    model, metrics = train_target(
+        r, ctx.tokens("train"), ctx.tokens("val"), len(tok), progress=lambda **kw: ctx.bar(**kw), log=ctx.log
+    )
+    model.save_pretrained(ctx.out / "model")
+    tok.save_pretrained(ctx.out / "model")
+    return metrics
+
+
+def _target_summary(m: dict) -> list[str]:
+    rt = m["routing"]
+    ov = rt["overlap"]
+    return [
+        f"{m['params'] / 1e6:.2f}M params ({m['active_params'] / 1e6:.2f}M active), {m['train_tokens']:,} tokens, "
+        f"{m['steps_per_second']:.2f} steps/s ({m['tokens_per_second']:.0f} tokens/s, {m['threads']} threads)",
+        f"held-out loss {m['heldout_loss']:.3f} nats/token (init {m['heldout_loss_init']:.3f}, log V "
+        f"{m['log_vocab']:.3f}); train loss {m['train_loss']:.3f}",
+        "expert load per layer: min share "
+        + " ".join(f"{x:.2%}" for x in rt["min_share"])
+        + " | max/mean "
+        + " ".join(f"{x:.2f}" for x in rt["max_over_mean"]),
+        f"consecutive-token routing overlap: empirical {ov['empirical']:.3f}, independence "
+        f"{ov['independence']:.3f}, uniform {ov['uniform']:.3f}",
+    ] + [f"ROUTING VIOLATION {p}" for p in m.get("routing_violations", [])]
+
+
+STAGES: list[Stage] = [
+    Stage("corpus", _corpus_stage, summary=_corpus_summary),
+    Stage("target", _target_stage, summary=_target_summary),
+    Stage("drafter", drafter_stage, summary=drafter_summary),  # EAGLE-3 head (ecospec.drafters.eagle3_train)
+    Stage("traces", traces_stage, summary=traces_summary),  # routing traces for the predictor
+    Stage("predictor", predictor_stage, summary=predictor_summary),  # expert predictor (ecospec.predictor)
+    Stage("evaluate", evaluate_stage, summary=evaluate_summary),  # alpha, E, T_pred on HumanEval prompts
+]
+
+
+def _stage_keys(budget: Budget) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for stage in STAGES:
+        keys[stage.name] = _hash(
+            {
+                "format": CACHE_FORMAT,
+                "python": list(sys.version_info[:2]),
+                "stage": stage.name,
+                "revision": stage.revision,
+                "recipe": stage.recipe_of(budget),
+                "upstream": list(keys.values()),
+            },
+            16,
+        )
+    return keys
+
+
+def paths(budget: str | Budget = "full") -> dict[str, Path]:
+    """Directories of the build (they exist once built): ``root``, one per stage, and shortcuts
+    ``tokenizer`` (HF tokenizer dir) and ``target_model`` (HF model dir, tokenizer files included)."""
+    root = root_dir(budget)
+    out = {"root": root, **{s.name: root / s.name for s in STAGES}}
+    out["tokenizer"] = root / "corpus" / "tokenizer"
+    out["target_model"] = root / "target" / "model"
+    return out
+
+
+def _read_done(stage_dir: Path) -> dict | None:
+    try:
+        return json.loads((stage_dir / "done.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _find_sibling(root: Path, name: str, key: str) -> Path | None:
+    for other in sorted(root.parent.glob("tiny-*")):
+        if other == root:
+            continue
+        done = _read_done(other / name)
+        if done is not None and done.get("key") == key:
+            return other / name
+    return None
+
+
+@contextlib.contextmanager
+def _locked(root: Path):
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _versions() -> dict:
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.rename(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.rename(tmp, final)
+
+
+def build(
+    budget: str | Budget = "full",
+    force: bool = False,
+    progress: bool = True,
+    until: str | None = None,
+    threads: int | None = DEFAULT_THREADS,
+) -> dict:
+    """Build (or reuse) every stage up to ``until`` (default: all) and return the summary:
+    ``{"budget", "version", "root", "seconds", "stages": {name: {"status", "seconds", "dir", "metrics"}}}``
+    where status is ``built``, ``cached`` or ``copied`` and seconds is the stage's original build time.
+    ``force`` rebuilds the stages; ``threads`` sets torch's intra-op threads for the build (None: leave
+    as is). Prints the summary when ``progress``."""
+    import torch
+
+    b = get_budget(budget)
+    names = [s.name for s in STAGES]
+    if until is not None and until not in names:
+        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
+    stages = STAGES[: names.index(until) + 1] if until is not None else STAGES
+    keys = _stage_keys(b)
+    root = root_dir(b)
+    summary: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    try:
+        with _locked(root):
+            for stale in root.glob(".*.tmp-*"):  # left by a killed build (we hold the lock)
+                shutil.rmtree(stale, ignore_errors=True)
+            (root / "recipe.json").write_text(json.dumps({"budget": asdict(b), "keys": keys}, indent=1, default=str))
+            dirs: dict[str, Path] = {}
+            metrics: dict[str, dict] = {}
+            rebuilt_upstream = False
+            for stage in stages:
+                final = root / stage.name
+                done = _read_done(final)
+                status = "cached"
+                if force or rebuilt_upstream or done is None or done.get("key") != keys[stage.name]:
+                    tmp = root / f".{stage.name}.tmp-{os.getpid()}"
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    sibling = None if force else _find_sibling(root, stage.name, keys[stage.name])
+                    if sibling is not None:
+                        shutil.copytree(sibling, tmp)
+                        status = "copied"
+                    else:
+                        tmp.mkdir()
+                        ctx = Context(b, root, tmp, dict(dirs), dict(metrics), progress)
+                        t0 = time.perf_counter()
+                        if progress:
+                            ctx.log(f"building stage {stage.name!r} ...")
+                        try:
+                            stage_metrics = stage.run(ctx)
+                        except BaseException:
+                            shutil.rmtree(tmp, ignore_errors=True)
+                            raise
+                        done = {
+                            "stage": stage.name,
+                            "key": keys[stage.name],
+                            "revision": stage.revision,
+                            "recipe": stage.recipe_of(b),
+                            "seconds": time.perf_counter() - t0,
+                            "threads": torch.get_num_threads(),
+                            "loadavg_1min_at_start": os.getloadavg()[0],
+                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "versions": _versions(),
+                            "metrics": stage_metrics,
+                        }
+                        (tmp / "done.json").write_text(json.dumps(done, indent=1, default=str))
+                        status = "built"
+                    _replace_dir(tmp, final)
+                    done = _read_done(final)
+                    rebuilt_upstream = True
+                dirs[stage.name] = final
+                metrics[stage.name] = done["metrics"]
+                summary["stages"][stage.name] = {
+                    "status": status,
+                    "seconds": done["seconds"],
+                    "dir": str(final),
+                    "metrics": done["metrics"],
+                }
+    finally:
+        torch.set_num_threads(old_threads)
+    summary["seconds"] = time.perf_counter() - t_start
+    summary["build_seconds"] = sum(s["seconds"] for s in summary["stages"].values())
+    summary["loadavg_1min_at_start"] = load0
+    if progress:
+        print(format_summary(summary), flush=True)
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    by_name = {s.name: s for s in STAGES}
+    lines = [f"ecospec tiny build, budget {summary['budget']!r}: {summary['root']}"]
+    for name, info in summary["stages"].items():
+        lines.append(f"  {name:<10} {info['status']:<7} {info['seconds']:8.1f} s")
+        stage = by_name.get(name)
+        if info["metrics"].get("placeholder"):
+            lines[-1] += "  (placeholder)"
+        elif stage is not None and stage.summary is not None:
+            lines += [f"      {line}" for line in stage.summary(info["metrics"])]
+    lines.append(f"  build time of these stages {summary['build_seconds']:.1f} s; this call {summary['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def status(budget: str | Budget = "full") -> dict:
+    """Per stage: ``done`` (matching key), ``stale`` (other key) or ``missing``, with seconds/metrics."""
+    b = get_budget(budget)
+    keys = _stage_keys(b)
+    root = root_dir(b)
+    out: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
+    for stage in STAGES:
+        done = _read_done(root / stage.name)
+        state = "missing" if done is None else ("done" if done.get("key") == keys[stage.name] else "stale")
+        out["stages"][stage.name] = {"status": state, **({} if done is None else done)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- loaders
+
+
+def _load_model(path: Path, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    kwargs.setdefault("attn_implementation", "eager")
+    kwargs.setdefault("experts_implementation", "eager")
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+
+
+def load_tiny_tokenizer(budget: str | Budget = "full", progress: bool = True):
+    """The embedded tokenizer (``AutoTokenizer``), built on first use."""
+    from transformers import AutoTokenizer
+
+    build(budget, until="corpus", progress=progress)
+    return AutoTokenizer.from_pretrained(paths(budget)["tokenizer"])
+
+
+def load_tiny_target(budget: str | Budget = "full", progress: bool = True, **kwargs):
+    """The embedded target (``Qwen3MoeForCausalLM``, eval mode), built on first use. ``kwargs`` go to
+    ``from_pretrained`` (default: float32, eager attention and experts, like ``ecospec.models.tiny_model``)."""
+    build(budget, until="target", progress=progress)
+    return _load_model(paths(budget)["target_model"], **kwargs)
+
+
+def with_target(budget: str | Budget, **changes) -> Budget:
+    """A copy of ``budget`` with some ``TargetRecipe`` fields changed (and ``name`` kept)."""
+    b = get_budget(budget)
+    return replace(b, target=replace(b.target, **changes))
