@@ -46,6 +46,20 @@ _IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq", "verifier_norm.weight", "verifier_
 _LAYER_PREFIX = {"eagle": "midlayer.", "speculators": "layers.0."}
 
 
+# Decoder-layer config keys the head reads from a checkpoint's (nested) layer config.
+_LAYER_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "hidden_act",
+    "vocab_size",
+)
+
+
 def _expected_shapes(config: Eagle3Config) -> dict[str, tuple[int, ...]]:
     """Expected tensor names (EAGLE layout, `midlayer.*`) -> shapes, without the optional embed_tokens."""
     c = config
@@ -182,39 +196,10 @@ def _layer_dict(cfg: Mapping[str, Any], layout: str) -> dict[str, Any]:
     keep = {
         k: v
         for k, v in raw.items()
-        if k
-        in {
-            "hidden_size",
-            "intermediate_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "rms_norm_eps",
-            "rope_theta",
-            "rope_scaling",
-            "rope_parameters",
-            "max_position_embeddings",
-            "hidden_act",
-            "vocab_size",
-            "attention_bias",
-            "mlp_bias",
-        }
+        if k in (*_LAYER_KEYS, "rope_theta", "rope_scaling", "rope_parameters", "attention_bias", "mlp_bias")
     }
     hf = AutoConfig.for_model(model_type, **keep)
-    out = {
-        k: getattr(hf, k, None)
-        for k in (
-            "hidden_size",
-            "intermediate_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "rms_norm_eps",
-            "max_position_embeddings",
-            "hidden_act",
-            "vocab_size",
-        )
-    }
+    out = {k: getattr(hf, k, None) for k in _LAYER_KEYS}
     out["rope_parameters"] = dict(getattr(hf, "rope_parameters", None) or {})
     out["model_type"] = model_type
     out["attention_bias"] = bool(getattr(hf, "attention_bias", False))
