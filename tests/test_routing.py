@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from ecospec.engine.routing import RoutingCapture, expert_bitmasks, unique_per_layer
+import ecospec
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts, unique_per_layer
 from ecospec.models import PRESETS, moe_info, routers, tiny_model
 
 
@@ -173,6 +174,23 @@ def test_unique_per_layer_single_token_and_sequence():
         assert counts.shape == (len(info.moe_layers),)
         assert int(counts.max()) <= min(info.num_experts, 9 * info.top_k)
         assert counts.tolist() == [len({e for tok in layer for e in tok}) for layer in many.tolist()]
+
+
+def test_expert_counts_by_hand():
+    routes = torch.tensor([[[0, 1], [1, 2], [1, 0]], [[3, 2], [3, 0], [2, 3]]])  # [L=2, T=3, k=2]
+    assert expert_counts(routes, 4).tolist() == [[2, 3, 1, 0], [1, 0, 2, 3]]
+
+
+def test_generate_records_expert_load():
+    """The load of a generation counts every verify-pass token's k experts in every MoE layer."""
+    model = tiny_model("qwen3_moe-b")
+    info = moe_info(model)
+    res = ecospec.generate(model, _ids(12), drafter=None, max_new_tokens=6)
+    load = torch.tensor(res.expert_load)
+    assert load.shape == (info.num_moe_layers, info.num_experts)
+    verified = sum(s.verified for s in res.steps)
+    assert load.sum(dim=1).tolist() == [verified * info.top_k] * info.num_moe_layers
+    assert ((load > 0).sum(dim=1) >= torch.tensor(res.steps[0].experts)).all()
 
 
 def _bitmasks_by_hand(routes: torch.Tensor, n: int) -> list[int]:

@@ -13,7 +13,7 @@ import torch
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
 from ecospec.engine.records import GenerateResult, StepStats
-from ecospec.engine.routing import RoutingCapture, expert_bitmasks, unique_per_layer
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts, unique_per_layer
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
 from ecospec.models.adapters import moe_info
 from ecospec.selection import POLICIES, select
@@ -91,6 +91,7 @@ def generate(
     if predictor is not None and predictor != "oracle":
         predictor.reset()
     out = GenerateResult(tokens=[], prompt_len=n_prompt)
+    load = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
 
     with RoutingCapture(target) as cap:
         # Prefill all but the last prompt token: that one is the first step's root.
@@ -145,6 +146,7 @@ def generate(
                 target, layout, cache, torch.tensor([block_tokens], device=device), qpos, kpos, vis, hidden=bool(feats)
             )
             routes = cap.take()
+            load += expert_counts(routes, info.num_experts)
             logits = res.logits[0].float()
             if temperature == 0:
                 path, bonus = accept_greedy(block_tokens, block_parents, logits)
@@ -172,9 +174,11 @@ def generate(
             for tok in produced:
                 out.tokens.append(tok)
                 if tok in eos or len(out.tokens) >= max_new_tokens:
+                    out.expert_load = load.tolist()
                     return out
             root = bonus
             new_tokens = torch.tensor([produced], device=device)
+    out.expert_load = load.tolist()
     return out
 
 

@@ -23,6 +23,8 @@ class GenerateResult:
     steps: list[StepStats] = field(default_factory=list)
     prompt_len: int = 0
     t_prefill: float = 0.0
+    # [MoE layers][N]: tokens routed to each expert over all verify passes (prefill excluded)
+    expert_load: list[list[int]] = field(default_factory=list)
 
     @property
     def alpha(self) -> float:

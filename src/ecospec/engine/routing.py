@@ -70,6 +70,13 @@ def unique_per_layer(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
     return used.sum(dim=1)
 
 
+def expert_counts(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """[L, N] how many tokens of ``routes`` [L, T, k] each layer routes to each expert (the load)."""
+    num_layers = routes.shape[0]
+    flat = routes.reshape(num_layers, -1).long() + torch.arange(num_layers, device=routes.device)[:, None] * num_experts
+    return torch.bincount(flat.reshape(-1), minlength=num_layers * num_experts).view(num_layers, num_experts)
+
+
 def expert_bitmasks(routes: torch.Tensor, num_experts: int) -> list[int]:
     """Per token, a Python int with bit ``layer * N + expert`` set for each expert it is routed to.
 
