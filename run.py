@@ -1,27 +1,31 @@
-"""Run the pipeline end to end on the embedded default and print one line per method.
+"""Run one cell of the grid, or a sweep with -m (Hydra 1.3; configs in conf/).
 
-The embedded default is the tiny model set the project trains itself on CPU (a Qwen3-MoE target
-with 32 experts / top-4, its EAGLE-3 head and its expert predictor), built once and cached by
-`python -m ecospec.tiny build` (about 15 minutes on 2 cores the first time, seconds afterwards).
-Until the Hydra grid entry point lands (configs, datasets, result records) this script evaluates
-AR and each selector on a few HumanEval prompts.
+    python run.py                                   # tiny model, EcoSpec, HumanEval, CPU (the embedded default)
+    python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm
+    python run.py -m experiment=tiny_repro          # the paper's tables on the tiny model
+
+Each cell writes ${out_dir}/${name}/<cell>/result.json (see ecospec.experiment.records); reruns skip cells
+whose ok record exists (force=true recomputes).
 """
 
 from __future__ import annotations
 
-import importlib
+import sys
 
-import torch
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
 
-from ecospec.tiny.evaluate import EvalRecipe, evaluate, evaluate_summary
+from ecospec.experiment.cell import one_line, run_cell
 
 
-def main(prompts: int = 6, max_new_tokens: int = 64) -> None:
-    tiny = importlib.import_module("ecospec.tiny.build")
-    tiny.build("full")  # cached after the first run
-    torch.set_num_threads(2)
-    result = evaluate(tiny.paths("full"), EvalRecipe(prompts=prompts, max_new_tokens=max_new_tokens))
-    print("\n".join(evaluate_summary(result)))
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> str:
+    record = run_cell(cfg, HydraConfig.get().runtime.output_dir)
+    print(one_line(record), flush=True)
+    if record["status"] != "ok" and HydraConfig.get().mode.name == "RUN":
+        sys.exit(1)  # a single run reports failure by its exit code; a sweep goes on (see SweepTable)
+    return record["status"]
 
 
 if __name__ == "__main__":

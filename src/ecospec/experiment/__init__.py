@@ -1,0 +1,1 @@
+"""Running grid cells: result records and their W&B mirror."""

@@ -1,0 +1,51 @@
+"""Hydra callback: at the end of a multirun, one table of every cell in the sweep directory (status, α, E,
+speedup), read back from the result records (so it works the same for local and Slurm launchers)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from ecospec.experiment.records import FAILED, RESULT, read_record
+
+
+def _fmt(x, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def sweep_table(sweep_dir: Path) -> tuple[str, int]:
+    """The table's text and the number of cells whose latest run failed."""
+    lines = [f"{'cell':<64} {'status':<7} {'alpha':>6} {'E':>7} {'speedup':>8}"]
+    failed = 0
+    for path in sorted(Path(sweep_dir).glob(f"*/{RESULT}")):
+        rec = read_record(path)
+        if rec is None:
+            lines.append(f"{path.parent.name:<64} {'corrupt':<7}")
+            failed += 1
+            continue
+        status = rec["status"]
+        if (path.parent / FAILED).exists():  # a forced rerun failed; the ok record above it was kept
+            status = "ok*"
+            failed += 1
+        failed += status == "failed"
+        s = rec.get("summary") or {}
+        lines.append(
+            f"{rec['cell']:<64} {status:<7} {_fmt(s.get('alpha'), '6.2f')} "
+            f"{_fmt(s.get('experts_per_layer'), '7.2f')} {_fmt(s.get('speedup'), '7.2f')}x"
+        )
+    lines.append(
+        f"{len(lines) - 1} cells in {sweep_dir}; {failed} failed"
+        + (" (ok* = kept ok record, see failed.json)" if failed else "")
+    )
+    return "\n".join(lines), failed
+
+
+class SweepTable(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        text, failed = sweep_table(Path(config.hydra.sweep.dir))
+        print(text, flush=True)
+        if failed:
+            sys.exit(1)

@@ -1,0 +1,199 @@
+"""Run one cell: validate, load prompts and components, decode every prompt (checkpointed), measure or reuse
+the AR baseline, and write `result.json`. A failure becomes a `failed` record; it never raises, so the
+other cells of a sweep go on, and it never overwrites an ok record."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import ecospec
+from ecospec.analysis.cost import hbm_bytes_per_verify
+from ecospec.data import encode_turn, load_prompts
+from ecospec.experiment.components import Components, load_components, pick_device
+from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, digest, validate
+from ecospec.experiment.metrics import expert_load, prompt_row, public_row, summarize
+from ecospec.experiment.records import (
+    FAILED,
+    RESULT,
+    SCHEMA,
+    Progress,
+    environment,
+    hardware,
+    is_done,
+    now,
+    read_record,
+    write_json_atomic,
+)
+from ecospec.models import moe_info
+
+AR_CACHE = "ar_cache"
+RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger")
+
+
+def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, tag: str, method: dict) -> list[dict]:
+    """Generate every turn of every prompt with `method`'s drafter/selector/predictor (AR when tag is 'ar')."""
+    ar = tag == "ar"
+    rows = []
+    bar = tqdm(prompts, desc=f"{tag} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
+    for p in bar:
+        answers: list[str] = []
+        for turn in range(len(p.turns)):
+            key = f"{tag}/{p.id}/{turn}"
+            row = progress.rows.get(key)
+            if row is None:
+                ids = encode_turn(
+                    comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True)
+                )
+                t0 = time.perf_counter()
+                res = ecospec.generate(
+                    comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
+                    selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
+                    depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
+                    max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
+                )  # fmt: skip
+                seconds = time.perf_counter() - t0
+                oracle = not ar and comp.predictor == "oracle"
+                row = prompt_row(p.id, turn, len(ids), res, seconds, oracle)
+                progress.add(key, row)
+            rows.append(row)
+            answers.append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
+    return rows
+
+
+def ar_key(cfg: dict, device: torch.device) -> dict:
+    """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
+    model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor")}
+    keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "max_new_tokens", "seed")
+    return {"model": model, **{k: cfg[k] for k in keys}, "hardware": hardware(device)}
+
+
+def _ar_baseline(comp, prompts, cfg, progress, device, own_rows) -> dict:
+    """The AR record of this cell's key: from the cache, or measured now (and cached)."""
+
+    key = ar_key(cfg, device)
+    path = Path(cfg["out_dir"]) / AR_CACHE / f"{digest(key, 16)}.json"
+    if own_rows is None and path.exists():
+        cached = read_record(path)
+        if cached and cached.get("key") == key:
+            return cached
+    rows = (
+        own_rows
+        if own_rows is not None
+        else _decode_prompts(comp, prompts, cfg, progress, "ar", {"selector": "confidence"})
+    )
+    ar = {
+        "schema": SCHEMA,
+        "status": "ok",
+        "key": key,
+        "created": now(),
+        "tokens_per_s": summarize(rows)["tokens_per_s"],
+        "t_step_s": summarize(rows)["t_step_s"],
+        "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
+    }
+    write_json_atomic(path, ar)
+    return ar
+
+
+def _summary(comp: Components, cfg: dict, rows: list[dict], ar: dict) -> dict:
+    s = summarize(rows)
+    s["ar_tokens_per_s"] = ar["tokens_per_s"]
+    s["ar_t_step_s"] = ar["t_step_s"]
+    s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None
+    if cfg["temperature"] == 0:
+        same = [r["tokens"] == ar["outputs"].get(f"{r['id']}/{r['turn']}") for r in rows]
+        s["matches_ar"] = sum(same) / len(same)
+        for r, m in zip(rows, same, strict=True):
+            r["matches_ar"] = m
+    else:
+        s["matches_ar"] = None
+    info = moe_info(comp.target)
+    width = next(iter(comp.target.model.layers[info.moe_layers[0]].mlp.experts.parameters())).element_size()
+    s["hbm_bytes_per_verify"] = hbm_bytes_per_verify(info, s["experts_per_layer"] or 0.0, width)
+    s["predictor_accuracy"] = comp.predictor_accuracy
+    s["top_k"] = info.top_k
+    s["num_experts"] = info.num_experts
+    s["num_moe_layers"] = info.num_moe_layers
+    return s
+
+
+def _write(cell_dir: Path, record: dict) -> Path:
+    """result.json, unless this is a failure and an ok record is already there (then failed.json)."""
+    path = cell_dir / RESULT
+    if path.exists():
+        old = read_record(path)
+        if old is None:  # unreadable: keep it for inspection rather than overwrite it
+            path.rename(path.with_name(f"{RESULT}.corrupt-{int(time.time())}"))
+        elif record["status"] != "ok" and old["status"] == "ok":
+            path = cell_dir / FAILED
+    write_json_atomic(path, record)
+    if record["status"] == "ok":
+        (cell_dir / FAILED).unlink(missing_ok=True)
+    return path
+
+
+def run_cell(cfg, cell_dir: str | Path) -> dict:
+    """Run (or skip) one cell and return its record."""
+    d = {k: v for k, v in as_dict(cfg).items() if k != "hydra"}
+    cell_dir = Path(cell_dir)
+    cid = cell_id(d)
+    if is_done(cell_dir, cid) and not d.get("force"):
+        rec = read_record(cell_dir / RESULT)
+        rec["skipped"] = True
+        return rec
+    record = {
+        "schema": SCHEMA,
+        "cell_id": cid,
+        "cell": cell_name(d),
+        "experiment": d.get("name"),
+        "status": "running",
+        "config": {**cell_config(d), **{k: d.get(k) for k in RUN_KEYS}},
+        "started": now(),
+    }
+    t0 = time.perf_counter()
+    try:
+        validate(d)
+        device = pick_device(d.get("device", "auto"))
+        if d.get("threads"):
+            torch.set_num_threads(int(d["threads"]))
+        record["env"] = environment(device)
+        ds = d["dataset"]
+        prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"))  # fails fast, before any model
+        comp = load_components(d, device)
+        progress = Progress(cell_dir, cid, fresh=bool(d.get("force")))
+        rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
+        ar = _ar_baseline(comp, prompts, d, progress, device, rows if d["method"]["name"] == "ar" else None)
+        record["summary"] = _summary(comp, d, rows, ar)
+        record["prompts"] = [public_row(r) for r in rows]
+        record["expert_load"] = expert_load(rows)
+        record["status"] = "ok"
+        progress.clear()
+    except Exception as e:  # noqa: BLE001 - a failed cell is data; the sweep goes on
+        record["status"] = "failed"
+        record["error"] = f"{type(e).__name__}: {e}"
+        record["traceback"] = traceback.format_exc()
+    record["finished"] = now()
+    record["wall_s"] = time.perf_counter() - t0
+    _write(cell_dir, record)
+    if (d.get("logger") or {}).get("name", "none") != "none":
+        from ecospec.experiment.tracking import log_cell
+
+        log_cell(record, d["logger"], cell_dir)
+    return record
+
+
+def one_line(record: dict) -> str:
+    """α, E, speedup vs AR and estimated HBM per verify pass of a record, or its error."""
+    if record["status"] != "ok":
+        return f"{record['cell']}: FAILED {record.get('error', '')}"
+    s = record["summary"]
+    skipped = " (existing record)" if record.get("skipped") else ""
+    clock = " (CPU wall clock)" if record.get("env", {}).get("device") == "cpu" else ""
+    return (
+        f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
+        f"speedup {s['speedup']:.2f}x vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB (est.)"
+    )

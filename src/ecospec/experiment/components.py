@@ -1,0 +1,152 @@
+"""Load what a cell runs: the target, its tokenizer, the drafter and the predictor, from the model and method
+configs (embedded tiny build, random tiny preset, or real checkpoints by HF id / local path)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ecospec.experiment.config import ConfigError, drafter_kind, predictor_path
+
+TINY_PREDICTORS = {"final": "final", "acc50": "acc-0.50", "acc60": "acc-0.60"}
+
+
+@dataclass
+class Components:
+    target: Any
+    tokenizer: Any
+    drafter: Any = None  # None: autoregressive
+    predictor: Any = None  # ExpertPredictor, "oracle" or None
+    predictor_accuracy: float | None = None  # held-out top-k accuracy stored with the checkpoint
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _local(path: str) -> Path:
+    """A local directory, or a hub id fetched into the HF cache (a cluster's normal path)."""
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(path))
+
+
+def _dtype(name: str | None) -> torch.dtype | str:
+    return "auto" if name in (None, "auto") else getattr(torch, name)
+
+
+def _tiny_dirs(model: dict) -> dict[str, Path]:
+    tiny = importlib.import_module("ecospec.tiny.build")
+    tiny.build(model.get("budget", "full"))  # cached after the first time
+    return tiny.paths(model.get("budget", "full"))
+
+
+def _target(model: dict, device: torch.device):
+    if model["source"] == "random":
+        from ecospec.models import tiny_model
+        from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
+
+        target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
+        return target.to(device=device, dtype=_dtype(model.get("dtype"))), byte_tokenizer()
+    if model["source"] == "tiny":
+        from transformers import AutoTokenizer
+
+        from ecospec.tiny.build import _load_model
+
+        dirs = _tiny_dirs(model)
+        target = _load_model(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
+        return target.to(device), AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
+    from transformers import AutoTokenizer
+
+    from ecospec.models import load_target
+
+    device_map = model.get("device_map") or None
+    target = load_target(model["target"], dtype=_dtype(model.get("dtype")), device_map=device_map)
+    if device_map is None:
+        target.to(device)
+    return target, AutoTokenizer.from_pretrained(model["target"])
+
+
+def _drafter(kind: str | None, model: dict, target):
+    if kind is None:
+        return None
+    spec = dict(model["drafters"][kind] or {})
+    path = spec.get("path")
+    if kind == "draft_model":
+        from ecospec.drafters.draft_model import DraftModelDrafter
+
+        if path == "perturbed":
+            from ecospec.models import perturbed_copy
+
+            return DraftModelDrafter(perturbed_copy(target, scale=spec.get("scale", 0.05), seed=1))
+        from transformers import AutoModelForCausalLM
+
+        draft = AutoModelForCausalLM.from_pretrained(str(_local(path)), dtype=target.dtype)
+        return DraftModelDrafter(draft.to(target.device).eval())
+    if kind == "eagle3":
+        from ecospec.drafters.eagle3 import Eagle3Drafter, Eagle3Head, init_random_weights
+        from ecospec.drafters.eagle3_checkpoint import load_eagle3
+        from ecospec.drafters.eagle3_train import default_head_config
+
+        if path == "random":
+            head = init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
+        else:
+            where = _tiny_dirs(model)["drafter"] / "head" if path is None else _local(path)
+            head = load_eagle3(where, target.config)
+        head = head.to(device=target.device, dtype=target.dtype).eval()
+        return Eagle3Drafter(head, target.get_input_embeddings())
+    if kind == "mtp":
+        from ecospec.drafters.mtp import MtpDrafter, load_mtp
+
+        where = _local(model["target"]) if path is None else _local(path)
+        head = load_mtp(where, target.config, dtype=target.dtype, device=target.device)
+        return MtpDrafter(head, target)
+    raise ConfigError(f"drafter kind {kind!r}: allowed eagle3, mtp, draft_model")
+
+
+def _predictor(model: dict, target) -> tuple[Any, float | None]:
+    from ecospec.predictor.model import ExpertPredictor
+
+    name = predictor_path(model)
+    if name == "random":
+        from transformers import Qwen3Config
+
+        backbone = Qwen3Config(
+            vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
+        )  # fmt: skip
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(2)
+            pred = ExpertPredictor.from_target(target, backbone)
+        return pred.to(target.device).eval(), None
+    if model["source"] == "tiny" and name in TINY_PREDICTORS:
+        where = _tiny_dirs(model)["predictor"] / TINY_PREDICTORS[name]
+        if not where.is_dir():
+            raise ConfigError(f"model.predictor.checkpoint={name!r}: the tiny build saved no such checkpoint ({where})")
+    else:
+        where = _local(name)
+    pred = ExpertPredictor.load(where, device=target.device)
+    info = json.loads((where / "config.json").read_text()).get("info") or {}
+    return pred.eval(), info.get("heldout_topk_accuracy")
+
+
+def load_components(cfg: dict, device: torch.device) -> Components:
+    """Everything a cell needs, on `device` (or spread by the model's device_map)."""
+    model, method = cfg["model"], cfg["method"]
+    target, tokenizer = _target(model, device)
+    drafter = _drafter(drafter_kind(cfg), model, target)
+    predictor, accuracy = None, None
+    if method.get("predictor") == "learned":
+        predictor, accuracy = _predictor(model, target)
+    elif method.get("predictor") == "oracle":
+        predictor = "oracle"
+    return Components(target, tokenizer, drafter, predictor, accuracy)

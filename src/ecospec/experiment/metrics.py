@@ -1,0 +1,83 @@
+"""Per-prompt rows and a cell's summary metrics, with the definitions the papers use.
+
+alpha = tokens produced / SD steps (bonus included; AR = 1). E = mean over verify passes and MoE layers of
+the unique experts a pass activates in a layer. Timings are seconds per step. tokens_per_s = Σ new tokens /
+Σ generation wall time over the cell's prompts (Spec-Bench's convention); speedup = tokens_per_s / AR's on
+the same prompts and settings. The oracle's router look-ups (t_pred) are analysis-only: they are taken
+out of its wall time.
+"""
+
+from __future__ import annotations
+
+from ecospec.engine.records import GenerateResult
+
+PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total")
+
+
+def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, seconds: float, oracle: bool) -> dict:
+    """Everything the summary needs from one generation (sums, so rows of a cell add up)."""
+    steps = res.steps
+    layers = len(steps[0].experts) if steps else 0
+    sums = {f"{p}_s": sum(getattr(s, p) for s in steps) for p in PHASES}
+    if oracle:
+        seconds -= sums["t_pred_s"]
+    return {
+        "id": pid,
+        "turn": turn,
+        "prompt_tokens": prompt_tokens,
+        "tokens": list(res.tokens),
+        "n_tokens": len(res.tokens),
+        "steps": len(steps),
+        "accepted": sum(s.accepted for s in steps),
+        "verified": sum(s.verified for s in steps),
+        "seconds": seconds,
+        "t_prefill_s": res.t_prefill,
+        **sums,
+        "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
+        "expert_load": res.expert_load,
+        "alpha": res.alpha,
+        "experts_per_layer": res.experts_per_layer,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Summary metrics of a cell from its prompt rows (AR fields are added by the caller)."""
+    steps = sum(r["steps"] for r in rows)
+    tokens = sum(r["n_tokens"] for r in rows)
+    layers = max((len(r["experts_sum"]) for r in rows), default=0)
+    by_layer = [_ratio(sum(r["experts_sum"][i] for r in rows if r["experts_sum"]), steps) for i in range(layers)]
+    out = {
+        "alpha": _ratio(sum(r["accepted"] for r in rows), steps),
+        "experts_per_layer": sum(by_layer) / layers if layers and steps else None,
+        "experts_by_layer": by_layer,
+        **{f"{p}_s": _ratio(sum(r[f"{p}_s"] for r in rows), steps) for p in PHASES if p != "t_total"},
+        "t_step_s": _ratio(sum(r["t_total_s"] for r in rows), steps),
+        "t_prefill_s": _ratio(sum(r["t_prefill_s"] for r in rows), len(rows)),
+        "tokens": tokens,
+        "steps": steps,
+        "prompts": len(rows),
+        "seconds": sum(r["seconds"] for r in rows),
+        "tokens_per_s": _ratio(tokens, sum(r["seconds"] for r in rows)),
+    }
+    return out
+
+
+def expert_load(rows: list[dict]) -> list[list[int]]:
+    """[MoE layers][N] tokens routed to each expert over the cell's verify passes."""
+    loads = [r["expert_load"] for r in rows if r["expert_load"]]
+    if not loads:
+        return []
+    return [
+        [sum(load[layer][e] for load in loads) for e in range(len(loads[0][layer]))] for layer in range(len(loads[0]))
+    ]
+
+
+def public_row(row: dict) -> dict:
+    """A prompt row as stored in result.json: per-layer means instead of sums, no per-prompt load."""
+    out = {k: v for k, v in row.items() if k not in ("experts_sum", "expert_load")}
+    out["experts_by_layer"] = [x / row["steps"] for x in row["experts_sum"]] if row["steps"] else []
+    return out

@@ -1,0 +1,294 @@
+"""The grid runner: config composition and validation, result records, resume/skip, failure isolation, and
+cells end to end through run.py (on the random-init tiny model, so no trained models are needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ecospec.experiment.cell import run_cell
+from ecospec.experiment.config import CELL_KEYS, ConfigError, cell_id, cell_name, validate
+from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+FAST = ["model=tiny_random", "num_prompts=2", "max_new_tokens=8", "threads=1", "progress=false"]
+
+
+def _compose(*overrides: str, hydra: bool = False):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def test_presets_and_groups_are_the_ones_the_issue_names():
+    assert EXPERIMENTS == ["table1", "table10", "table11_12", "table4", "table9", "tiny_repro"]
+    assert set(MODELS) == {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"}
+    assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
+
+
+def test_defaults_are_the_paper_setting_on_the_tiny_model():
+    cfg = _compose()
+    assert (cfg.model.name, cfg.method.name, cfg.dataset.name) == ("tiny", "ecospec", "humaneval")
+    assert (cfg.depth, cfg.topk, cfg.gamma, cfg.batch_size, cfg.temperature) == (3, 2, 4, 1, 0.0)
+    assert cfg.logger.name == "none"
+    validate(cfg)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_preset_composes(experiment):
+    cfg = _compose(f"experiment={experiment}", hydra=True)
+    assert cfg.name == experiment
+    sweeper = cfg.hydra.sweeper
+    grids = [sweeper.params] if "params" in sweeper and sweeper.params else list(sweeper.grids)
+    assert grids and all(len(g) for g in grids)
+    for grid in grids:  # every swept value composes
+        for key, values in grid.items():
+            for v in str(values).split(","):
+                _compose(f"experiment={experiment}", f"{key}={v}")
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_model_method_pair_composes_and_validates_or_says_why(model, method):
+    cfg = _compose(f"model={model}", f"method={method}")
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        msg = str(e)
+        assert "\n" not in msg and ("=" in msg)
+        # the only refusals: a drafter the model lacks, or a predictor checkpoint that is not set
+        assert ("needs a" in msg and "drafter" in msg) or "needs a trained expert predictor" in msg, msg
+    else:
+        assert not (model == "deepseek" and method == "eagle3")
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("gamma=1", "gamma=1"),
+        ("depth=0", "depth=0"),
+        ("topk=0", "topk=0"),
+        ("temperature=-0.5", "temperature=-0.5"),
+        ("batch_size=0", "batch_size=0"),
+        ("batch_size=4", "batch_size=4"),
+        ("top_p=0", "top_p=0"),
+        ("num_prompts=0", "num_prompts=0"),
+        ("gamma=abc", "gamma='abc'"),
+        ("dataset.name=squad", "dataset.name='squad'"),
+    ],
+)
+def test_bad_values_get_one_line_naming_key_and_value(override, key):
+    cfg = _compose("model=tiny_random", override)
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert str(e.value).startswith(key) and "\n" not in str(e.value)
+
+
+def test_unknown_combinations_are_refused_before_loading():
+    with pytest.raises(ConfigError, match="method=mtp needs a mtp drafter, but model=qwen3 has none"):
+        validate(_compose("model=qwen3", "method=mtp"))
+    with pytest.raises(ConfigError, match="model.predictor.checkpoint='final': method=ecospec needs a trained"):
+        validate(_compose("model=gptoss", "method=ecospec"))
+    validate(_compose("model=gptoss", "method=ecospec", "model.predictor.checkpoints.final=/some/dir"))
+    validate(_compose("model=deepseek", "method=baseline"))  # MTP is DeepSeek's baseline drafter
+
+
+def test_cell_identity_ignores_execution_knobs():
+    a = _compose(*FAST)
+    assert cell_id(a) == cell_id(_compose(*FAST, "force=true", "device=cpu", "logger=wandb", "name=other"))
+    for change in ("gamma=5", "seed=1", "temperature=1.0", "model.predictor.checkpoint=acc50", "dataset=gsm8k"):
+        assert cell_id(_compose(*FAST, change)) != cell_id(a), change
+    assert cell_name(a).startswith("tiny_random-ecospec-humaneval-T0-g4-d3-k2-b1-s0-")
+    assert set(CELL_KEYS) >= {"model", "method", "dataset", "temperature", "gamma", "batch_size", "seed"}
+
+
+def test_grid_sweeper_runs_the_union_of_tables_once():
+    from hydra_plugins.ecospec_grid_sweeper import GridSweeper
+
+    cfg = _compose("experiment=tiny_repro", hydra=True)
+    sweeper = GridSweeper(grids=OmegaConf.to_container(cfg.hydra.sweeper.grids))
+    jobs = sweeper.jobs([])
+    keys = [tuple(sorted(j)) for j in jobs]
+    assert len(keys) == len(set(keys))
+    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4); "method=ecospec dataset=gsm8k"
+    # is listed by Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's
+    # gamma-4 cells in Table 11-12, are listed twice and skipped by their ok record the second time.)
+    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1
+    assert sum("method=oracle" in j for j in jobs) == 2
+    narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
+    assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    write_json_atomic(path, {"a": 1})
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", boom)
+    with pytest.raises(KeyboardInterrupt):
+        write_json_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_progress_survives_a_torn_line_and_a_changed_cell(tmp_path):
+    p = Progress(tmp_path, "cell-a")
+    p.add("x/0", {"v": 1})
+    p.add("x/1", {"v": 2})
+    with open(tmp_path / PROGRESS, "a") as f:
+        f.write('{"cell_id": "cell-a", "key": "x/2", "ro')  # killed mid-write
+    q = Progress(tmp_path, "cell-a")
+    assert q.rows == {"x/0": {"v": 1}, "x/1": {"v": 2}}
+    q.add("x/2", {"v": 3})
+    assert Progress(tmp_path, "cell-a").rows["x/2"] == {"v": 3}
+    assert Progress(tmp_path, "cell-b").rows == {}  # another config: start over
+
+
+def test_corrupt_record_is_named_and_skipped(tmp_path):
+    bad = tmp_path / RESULT
+    bad.write_text('{"schema": 1, "status": "ok", "summ')
+    with pytest.warns(UserWarning, match=str(bad)):
+        assert read_record(bad) is None
+
+
+# ------------------------------------------------------------------------------------------------ cells
+
+
+@pytest.fixture
+def cell(tmp_path):
+    def make(*overrides):
+        cfg = _compose(*FAST, f"out_dir={tmp_path}", *overrides)
+        return cfg, tmp_path / "exp" / cell_name(cfg)
+
+    return make
+
+
+def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
+    cfg, cell_dir = cell()
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    on_disk = json.loads((cell_dir / RESULT).read_text())
+    assert on_disk["cell_id"] == cell_id(cfg) and on_disk["schema"] == 1
+    s = on_disk["summary"]
+    for key in ("alpha", "experts_per_layer", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s",
+                "t_verify_s", "t_step_s", "tokens", "steps", "tokens_per_s", "ar_tokens_per_s", "speedup",
+                "matches_ar", "hbm_bytes_per_verify"):  # fmt: skip
+        assert key in s, key
+    assert s["matches_ar"] == 1.0  # greedy SD equals AR token for token
+    assert s["tokens"] == 2 * 8 and len(on_disk["prompts"]) == 2
+    assert all(len(r["tokens"]) == r["n_tokens"] for r in on_disk["prompts"])
+    assert s["alpha"] == sum(r["accepted"] for r in on_disk["prompts"]) / s["steps"]
+    assert len(s["experts_by_layer"]) == s["num_moe_layers"] and s["top_k"] <= s["experts_per_layer"]
+    load = on_disk["expert_load"]
+    assert len(load) == s["num_moe_layers"] and len(load[0]) == s["num_experts"]
+    assert sum(load[0]) == sum(r["verified"] for r in on_disk["prompts"]) * s["top_k"]
+    env = on_disk["env"]
+    assert env["device"] == "cpu" and env["torch"] and "slurm_job_id" in env
+    assert not (cell_dir / PROGRESS).exists()  # the checkpoint goes once the record is written
+    assert list((Path(cfg.out_dir) / "ar_cache").glob("*.json"))  # AR measured and cached
+
+
+def test_rerun_skips_ok_cells_and_force_recomputes(cell):
+    cfg, cell_dir = cell("method=ar")
+    run_cell(cfg, cell_dir)
+    before = (cell_dir / RESULT).stat().st_mtime_ns
+    again = run_cell(cfg, cell_dir)
+    assert again.get("skipped") and (cell_dir / RESULT).stat().st_mtime_ns == before
+    forced = run_cell(_compose(*FAST, f"out_dir={cfg.out_dir}", "method=ar", "force=true"), cell_dir)
+    assert forced["status"] == "ok" and not forced.get("skipped")
+    assert (cell_dir / RESULT).stat().st_mtime_ns != before
+
+
+def test_ar_baseline_is_reused_from_the_cache(cell):
+    ar_cfg, ar_dir = cell("method=ar")
+    ar = run_cell(ar_cfg, ar_dir)
+    cfg, cell_dir = cell("method=eagle3")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["summary"]["ar_tokens_per_s"] == ar["summary"]["tokens_per_s"]
+
+
+def test_failed_cell_is_recorded_and_never_overwrites_an_ok_record(cell):
+    cfg, cell_dir = cell("method=ar")
+    ok = run_cell(cfg, cell_dir)
+    failing = _compose(*FAST, f"out_dir={cfg.out_dir}", "method=ar", "force=true", "device=cuda:7")
+    assert cell_id(failing) == cell_id(cfg)
+    rec = run_cell(failing, cell_dir)
+    assert rec["status"] == "failed" and rec["error"]
+    assert json.loads((cell_dir / RESULT).read_text())["started"] == ok["started"]
+    assert json.loads((cell_dir / "failed.json").read_text())["status"] == "failed"
+
+
+def test_interrupted_cell_continues_from_its_checkpoint(cell):
+    cfg, cell_dir = cell("method=ar")
+    first = run_cell(cfg, cell_dir)["prompts"][0]
+    # Pretend the job died after prompt 0: only its row is checkpointed (with a marker), no record.
+    (cell_dir / RESULT).unlink()
+    row = dict(first, seconds=1234.5, experts_sum=[x * first["steps"] for x in first["experts_by_layer"]])
+    row["expert_load"] = []
+    Progress(cell_dir, cell_id(cfg)).add(f"ar/{first['id']}/0", row)
+    rec = run_cell(cfg, cell_dir)
+    assert rec["prompts"][0]["seconds"] == 1234.5  # reused, not recomputed
+    assert rec["prompts"][1]["seconds"] < 1000
+
+
+def test_unavailable_dataset_fails_fast_with_its_message(cell, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+    cfg, cell_dir = cell("dataset=gsm8k")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "failed" and "make data" in rec["error"]
+    assert "summary" not in rec and rec["wall_s"] < 30
+
+
+# --------------------------------------------------------------------------------------------- run.py
+
+
+def _run(args, tmp_path, timeout=600, env=None):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args, f"out_dir={tmp_path}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )  # fmt: skip
+
+
+def test_run_py_single_cell_prints_one_line(tmp_path):
+    out = _run(FAST + ["method=ecospec"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = out.stdout.strip().splitlines()[-1]
+    assert line.startswith("tiny_random-ecospec-humaneval") and "alpha" in line and "speedup" in line
+    assert "HBM per verify pass" in line
+    (record,) = (tmp_path / "default").glob(f"*/{RESULT}")
+    assert json.loads(record.read_text())["status"] == "ok"
+
+
+def test_run_py_bad_value_is_one_line_and_exit_code(tmp_path):
+    out = _run(FAST + ["gamma=1"], tmp_path)
+    assert out.returncode != 0
+    assert "gamma=1: must be an integer >= 2" in out.stdout + out.stderr
+
+
+def test_multirun_isolates_failures_and_prints_the_table(tmp_path):
+    out = _run(["-m", *FAST, "method=ar", "gamma=1,4", "name=sweep"], tmp_path)
+    assert out.returncode != 0  # one cell failed
+    records = {json.loads(p.read_text())["config"]["gamma"]: json.loads(p.read_text()) for p in
+               (tmp_path / "sweep").glob(f"*/{RESULT}")}  # fmt: skip
+    assert records[1]["status"] == "failed" and records[4]["status"] == "ok"
+    table = out.stdout[out.stdout.index("cell ") :]
+    assert "2 cells" in table and "1 failed" in table and "failed" in table and "ok" in table
