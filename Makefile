@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow lint bench demo
+.PHONY: install test test-slow test-slurm lint bench demo data sync
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]'
@@ -11,6 +11,10 @@ test:
 test-slow:
 	$(PYTHON) -m pytest -m slow
 
+# the one-node local Slurm (slurm/local-cluster.sh); needs root to install and start it
+test-slurm:
+	$(PYTHON) -m pytest -m slurm
+
 lint:
 	$(PYTHON) -m ruff check src tests benchmarks run.py
 	$(PYTHON) -m ruff format --check src tests benchmarks run.py
@@ -20,3 +24,15 @@ bench:
 
 demo:
 	$(PYTHON) run.py
+
+# fill the Hugging Face datasets cache with the seven benchmarks (needs network); then runs work offline
+data:
+	$(PYTHON) -m ecospec.data fetch
+
+# upload every offline W&B run under $(EXPERIMENTS)/ (the cells' wandb/offline-run-* folders); needs network
+EXPERIMENTS ?= experiments
+sync:
+	@runs=$$(find $(EXPERIMENTS) -type d -path '*/wandb/offline-run-*' -prune 2>/dev/null | sort); \
+	if [ -z "$$runs" ]; then echo "no offline W&B runs under $(EXPERIMENTS)/"; exit 0; fi; \
+	echo "syncing $$(echo "$$runs" | wc -l) offline W&B run(s):"; echo "$$runs" | sed 's/^/  /'; \
+	$(PYTHON) -m wandb sync $$runs

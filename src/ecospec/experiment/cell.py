@@ -4,6 +4,7 @@ other cells of a sweep go on, and it never overwrites an ok record."""
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -158,8 +159,9 @@ def run_cell(cfg, cell_dir: str | Path) -> dict:
     try:
         validate(d)
         device = pick_device(d.get("device", "auto"))
-        if d.get("threads"):
-            torch.set_num_threads(int(d["threads"]))
+        threads = d.get("threads") or os.environ.get("SLURM_CPUS_PER_TASK")  # without cgroups jobs see every core
+        if threads:
+            torch.set_num_threads(int(threads))
         record["env"] = environment(device)
         ds = d["dataset"]
         prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"))  # fails fast, before any model

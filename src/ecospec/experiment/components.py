@@ -105,10 +105,13 @@ def _drafter(kind: str | None, model: dict, target):
         head = head.to(device=target.device, dtype=target.dtype).eval()
         return Eagle3Drafter(head, target.get_input_embeddings())
     if kind == "mtp":
-        from ecospec.drafters.mtp import MtpDrafter, load_mtp
+        from ecospec.drafters.mtp import MtpDrafter, MtpHead, init_random_weights
+        from ecospec.drafters.mtp_checkpoint import load_mtp
 
-        where = _local(model["target"]) if path is None else _local(path)
-        head = load_mtp(where, target.config, dtype=target.dtype, device=target.device)
+        if path == "random":
+            return MtpDrafter(init_random_weights(MtpHead.for_target(target), seed=1).eval(), target)
+        # load_mtp reads only the MTP layer's shards of a hub checkpoint (not the whole model)
+        head = load_mtp(path or model["target"], target.config, dtype=target.dtype, device=target.device)
         return MtpDrafter(head, target)
     raise ConfigError(f"drafter kind {kind!r}: allowed eagle3, mtp, draft_model")
 
