@@ -29,10 +29,11 @@ demo:
 data:
 	$(PYTHON) -m ecospec.data fetch
 
-# upload every offline W&B run under $(EXPERIMENTS)/ (the cells' wandb/offline-run-* folders); needs network
+# upload every offline W&B run under $(EXPERIMENTS)/ (the cells' wandb/offline-run-* folders); needs network.
+# WANDB_DIR keeps wandb's sync logs there too, not in ./wandb/ (which ruff would take for a first-party package)
 EXPERIMENTS ?= experiments
 sync:
 	@runs=$$(find $(EXPERIMENTS) -type d -path '*/wandb/offline-run-*' -prune 2>/dev/null | sort); \
 	if [ -z "$$runs" ]; then echo "no offline W&B runs under $(EXPERIMENTS)/"; exit 0; fi; \
 	echo "syncing $$(echo "$$runs" | wc -l) offline W&B run(s):"; echo "$$runs" | sed 's/^/  /'; \
-	$(PYTHON) -m wandb sync $$runs
+	WANDB_DIR=$(EXPERIMENTS) $(PYTHON) -m wandb sync $$runs
