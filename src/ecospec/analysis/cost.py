@@ -1,16 +1,263 @@
-"""HBM traffic of a verify pass: each routed expert a pass activates is read once per MoE layer, and every
-other weight (attention, shared experts, dense layers, norms, embeddings, lm_head) once per pass."""
+"""Cost model of a verify pass: HBM weight bytes, target efficiency and a roofline latency (always *modeled*).
+
+Accounting (`verify_hbm_bytes`): a pass reads each of the E unique routed experts of every MoE layer once, and
+every other weight once: E x MoE layers x one expert's bytes + the dense bytes. Dense = attention, dense MLP
+layers, shared experts, norms, routers and lm_head. The input embedding table is left out: a pass gathers only
+its tokens' rows (with tied embeddings the table is read in full as lm_head and counted once). KV cache and
+activations are not counted. Bytes are those of the checkpoint's storage formats (`facts.storage` of the model
+config): bf16 2 B/param; fp8 1 B/param + a float32 scale per 128x128 block (DeepSeek-V3 / Qwen3-FP8 layout);
+mxfp4 4 bits/param + one E8M0 scale byte per 32 values (OCP MX). Quantized checkpoints keep lm_head, routers
+and embeddings in bf16 (`storage.other`). Expert biases (gpt-oss: 8,640 of an expert's 24.9M parameters) are
+counted at the expert format. GB = 1e9 bytes.
+
+Against the EcoSpec paper (Table 2, from its own E values; `tests/test_cost.py`):
+
+* Qwen3-235B-A22B, bf16: 23.7 -> 98.85 GB (paper 99.3, -0.5 %), 20.5 -> 87.49 GB (88.1, -0.7 %).
+* DeepSeek-V3.1, fp8: 31.4 -> 97.45 GB (97.3, +0.2 %), 31.2 -> 96.94 GB (96.8, +0.1 %). One expert is
+  44,040,192 params = 44.04 MB of fp8 values, as in Figure 1(c); its 2,688 block scales add 10.75 kB (44.05 MB).
+* GPT-OSS-120B: this accounting (mxfp4 experts 13.22 MB, bf16 rest) gives 8.62 / 8.14 GB, not the paper's
+  6.0 / 5.5 GB. The paper's numbers are every weight at 4 bits, with no block scales and the bf16 attention and
+  lm_head counted as if 4-bit too, over the same weights (no input embedding: the release's 5.1B-active
+  convention): (E x 36 x 24,891,840 + 1,548,424,512) x 0.5 B = 5.97 / 5.52 GB (-0.5 % / +0.4 %);
+  ``model_cost("gptoss", storage={"experts": "fp4", "dense": "fp4", "other": "fp4"})`` reproduces it.
+  Ruled out: mxfp4 experts alone (5.53 / 5.05 GB, -8 %), including the input embedding (6.26 / 5.81 GB, +4 /
+  +6 %), counting the 4-bit scales (6.34 / 5.87 GB, +6 / +7 %), per-GPU shares of a TP-4 split (2.4 GB or
+  6.3 GB).
+
+The overlap paper's "TE pred." (its Table 1) is `target_efficiency` of per-GPU, per-layer sizes in MiB:
+C_expert = one expert's bytes / TP and C_dense = one decoder layer's attention bytes / TP.
+
+Model configs: a `conf/model` name is read from ``$ECOSPEC_CONF/model/<name>.yaml`` (default: the repository's
+``conf/``, found from this file in the source tree; a wheel install has none, so set ECOSPEC_CONF or pass the
+config mapping). The HF config comes from ``facts.hf_config``, else from the tiny preset (source random), the
+build budget's recipe (source tiny) or ``AutoConfig.from_pretrained(target)`` (source hf); parameters are counted
+exactly on the meta device (`ecospec.models.config_moe_info`).
+"""
 
 from __future__ import annotations
 
-from ecospec.models.adapters import MoeInfo
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.models.adapters import config_moe_info
+
+# storage format -> (bytes per value, default values per scale, bytes per scale)
+FORMATS: dict[str, tuple[float, int, int]] = {
+    "fp32": (4, 0, 0),
+    "bf16": (2, 0, 0),
+    "fp16": (2, 0, 0),
+    "fp8": (1, 128 * 128, 4),  # e4m3 values, a float32 scale_inv per 128x128 block
+    "mxfp4": (0.5, 32, 1),  # e2m1 values, an E8M0 scale per 32 values
+    "fp4": (0.5, 0, 0),  # bare 4-bit values: the nominal width the EcoSpec paper uses for GPT-OSS
+}
+_QUANTIZED = ("fp8", "mxfp4", "fp4")
+_DTYPE_FORMATS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+STORAGE_KEYS = ("experts", "dense", "other")  # routed experts; the rest but `other`; lm_head, routers, embeddings
 
 
-def hbm_bytes_per_verify(info: MoeInfo, experts_per_layer: float, bytes_per_param: float) -> float:
-    """Estimated weight bytes read by one verify pass: E x MoE layers x one expert's bytes + the dense bytes.
+def expert_bytes(params: float, storage: str, block: int | None = None) -> float:
+    """Bytes of `params` weights stored as `storage` (see FORMATS), block scales included. `block` is the number
+    of values per scale (default 128x128 for fp8, 32 for mxfp4); parameter counts are assumed to be whole blocks.
+    Used for experts and for the dense part alike."""
+    if storage not in FORMATS:
+        raise ValueError(f"unknown storage format {storage!r}; allowed: {', '.join(FORMATS)}")
+    width, per_scale, scale_bytes = FORMATS[storage]
+    per_scale = block or per_scale
+    return params * width + (params / per_scale * scale_bytes if scale_bytes else 0.0)
 
-    `experts_per_layer` is E (unique experts per MoE layer over the pass's tokens); `bytes_per_param` the
-    storage width (2 for bf16). KV-cache and activation traffic are not counted.
-    """
-    expert_bytes = info.expert_params * bytes_per_param
-    return experts_per_layer * info.num_moe_layers * expert_bytes + info.dense_params * bytes_per_param
+
+def conf_dir() -> Path:
+    return Path(os.environ.get("ECOSPEC_CONF") or Path(__file__).resolve().parents[3] / "conf")
+
+
+def load_model_config(name: str) -> dict:
+    """`conf/model/<name>.yaml` as a plain dict (no Hydra)."""
+    from omegaconf import OmegaConf
+
+    path = conf_dir() / "model" / f"{name}.yaml"
+    if not path.exists():
+        have = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'} (set ECOSPEC_CONF?)")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Parameter counts and stored bytes of a target; `dense_*` is everything that is not a routed expert."""
+
+    name: str
+    num_layers: int
+    moe_layers: int
+    num_experts: int  # N
+    top_k: int  # k
+    expert_params: int  # one routed expert
+    expert_bytes: float  # one routed expert, as stored
+    dense_params: int  # every non-routed-expert parameter (incl. embeddings, lm_head, shared experts)
+    embedding_params: int  # the input embedding table when untied: gathered by rows, not read per pass
+    other_params: int  # lm_head (the tied table) + router weights, stored as storage['other']
+    dense_bytes: float  # the non-expert bytes one pass reads (dense_params minus embedding_params, as stored)
+    shared_expert_params: int  # per MoE layer (DeepSeek), included in dense_params
+    storage: dict
+
+    @property
+    def total_params(self) -> int:
+        return self.dense_params + self.num_experts * self.moe_layers * self.expert_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token touches: dense part (both embedding tables) + k routed experts per MoE layer."""
+        return self.dense_params + self.top_k * self.moe_layers * self.expert_params
+
+
+def _facts(model: Mapping) -> dict:
+    """`facts` of a model config; a config without the key (e.g. an older record's) borrows conf/model's."""
+    if "facts" in model:
+        return model["facts"] or {}
+    path = conf_dir() / "model" / f"{model.get('name')}.yaml"
+    return (load_model_config(model["name"]).get("facts") or {}) if path.exists() else {}
+
+
+def _hf_config(model: Mapping, facts: Mapping):
+    from transformers import AutoConfig
+
+    if facts.get("hf_config"):
+        kwargs = dict(facts["hf_config"])
+        return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
+    source = model.get("source")
+    if source == "random":
+        from ecospec.models import tiny_config
+        from ecospec.models.byte_tokenizer import VOCAB_SIZE
+
+        return tiny_config(model["preset"], vocab_size=VOCAB_SIZE)
+    if source == "tiny":  # the requested BPE vocab: a build's tokenizer fills it on the full-size corpus
+        from ecospec.tiny.build import get_budget
+        from ecospec.tiny.target import target_config
+
+        budget = get_budget(model.get("budget", "full"))
+        return target_config(budget.target, budget.corpus.vocab_size)
+    if source == "hf" and model.get("target"):
+        return AutoConfig.from_pretrained(model["target"])
+    raise ValueError(f"model {model.get('name')!r}: no facts.hf_config and no preset, tiny budget or HF target")
+
+
+def _storage(model: Mapping, facts: Mapping, storage: Mapping | None) -> dict:
+    if storage is None:
+        storage = facts.get("storage")
+    if storage is None:
+        dtype = model.get("dtype") or "bfloat16"
+        if dtype not in _DTYPE_FORMATS:
+            raise ValueError(f"model {model.get('name')!r}: dtype {dtype!r} has no storage format; set facts.storage")
+        storage = dict.fromkeys(STORAGE_KEYS, _DTYPE_FORMATS[dtype])
+    out = dict(storage)
+    out.setdefault("other", "bf16" if out["dense"] in _QUANTIZED else out["dense"])
+    for key in STORAGE_KEYS:
+        if out.get(key) not in FORMATS:
+            raise ValueError(f"storage.{key}={out.get(key)!r}; allowed: {', '.join(FORMATS)}")
+    return out
+
+
+def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCost:
+    """Counts and bytes of a target: `model` is a conf/model name or a model config mapping; `storage`
+    ({experts, dense[, other]} formats) replaces the config's `facts.storage`."""
+    model = load_model_config(model) if isinstance(model, str) else model
+    facts = _facts(model)
+    config = _hf_config(model, facts)
+    store = _storage(model, facts, storage)
+    info = config_moe_info(config)
+    table = config.vocab_size * config.hidden_size
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    other = table + info.num_moe_layers * info.num_experts * config.hidden_size  # lm_head + router weights
+    embedding = 0 if tied else table
+    rest = info.dense_params - embedding - other  # attention, dense MLPs, shared experts, norms, biases
+    return ModelCost(
+        name=model.get("name", ""),
+        num_layers=info.num_layers,
+        moe_layers=info.num_moe_layers,
+        num_experts=info.num_experts,
+        top_k=info.top_k,
+        expert_params=info.expert_params,
+        expert_bytes=expert_bytes(info.expert_params, store["experts"]),
+        dense_params=info.dense_params,
+        embedding_params=embedding,
+        other_params=other,
+        dense_bytes=expert_bytes(rest, store["dense"]) + expert_bytes(other, store["other"]),
+        shared_expert_params=info.shared_expert_params,
+        storage=store,
+    )
+
+
+def _cost(model: str | Mapping | ModelCost) -> ModelCost:
+    return model if isinstance(model, ModelCost) else model_cost(model)
+
+
+def verify_hbm_bytes(model: str | Mapping | ModelCost, experts_per_layer: float) -> float:
+    """Estimated HBM weight bytes one verify pass reads: E x MoE layers x expert bytes + dense bytes."""
+    c = _cost(model)
+    return experts_per_layer * c.moe_layers * c.expert_bytes + c.dense_bytes
+
+
+def target_efficiency(c_expert: float, c_dense: float, k: float, unique: float) -> float:
+    """(c_dense + k c_expert) / (c_dense + unique c_expert): the cost of one token's pass relative to a verify
+    pass that activates `unique` experts per layer (the overlap paper's "TE pred."; any consistent unit)."""
+    return (c_dense + k * c_expert) / (c_dense + unique * c_expert)
+
+
+def _hardware(hardware: str | Hardware) -> Hardware:
+    if isinstance(hardware, Hardware):
+        return hardware
+    if hardware not in HARDWARE:
+        raise ValueError(f"unknown hardware {hardware!r}; profiles: {', '.join(HARDWARE)}")
+    return HARDWARE[hardware]
+
+
+def modeled_step(
+    model: str | Mapping | ModelCost,
+    alpha: float,
+    experts_per_layer: float,
+    hardware: str | Hardware,
+    overhead_s: float | None = None,
+    t_draft_s: float = 0.0,
+) -> dict:
+    """Roofline latency of one SD step: T_verify = verify bytes / HBM bandwidth + overhead, T_step = T_verify +
+    `t_draft_s` (drafting, prediction, selection), α tokens per step. AR is the same pass with E = k and α = 1.
+    `overhead_s` defaults to the profile's. Modeled, not measured: the dict says so."""
+    if alpha <= 0:
+        raise ValueError(f"alpha={alpha}: tokens per step must be positive")
+    c, hw = _cost(model), _hardware(hardware)
+    over = hw.overhead_s if overhead_s is None else overhead_s
+    hbm = verify_hbm_bytes(c, experts_per_layer)
+    t_verify = hbm / hw.hbm_bytes_per_s + over
+    t_step = t_verify + t_draft_s
+    t_ar = verify_hbm_bytes(c, c.top_k) / hw.hbm_bytes_per_s + over
+    return {
+        "modeled": True,
+        "hardware": hw.name,
+        "hbm_bytes": hbm,
+        "t_verify_s": t_verify,
+        "t_step_s": t_step,
+        "tokens_per_s": alpha / t_step,
+        "ar_t_step_s": t_ar,
+        "ar_tokens_per_s": 1.0 / t_ar,
+        "speedup": alpha * t_ar / t_step,
+    }
+
+
+def fit_overhead(records: Iterable[Mapping], hardware: str | Hardware, model: str | None = None) -> float | None:
+    """Least-squares fixed overhead per pass: the mean over ok records measured on `hardware` (matched by
+    record['env']['hardware']; of conf/model `model` if given) of t_verify − verify bytes / bandwidth.
+    None if no record qualifies."""
+    hw = _hardware(hardware)
+    residuals = []
+    for r in records:
+        s = r.get("summary") or {}
+        t, e = s.get("t_verify_s"), s.get("experts_per_layer")
+        cfg = (r.get("config") or {}).get("model") or {}
+        if r.get("status") != "ok" or t is None or e is None or (model is not None and cfg.get("name") != model):
+            continue
+        if not hw.matches((r.get("env") or {}).get("hardware", "")):
+            continue
+        residuals.append(t - verify_hbm_bytes(cfg, e) / hw.hbm_bytes_per_s)
+    return sum(residuals) / len(residuals) if residuals else None

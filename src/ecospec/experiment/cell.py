@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 import ecospec
-from ecospec.analysis.cost import hbm_bytes_per_verify
+from ecospec.analysis.cost import verify_hbm_bytes
 from ecospec.data import encode_turn, load_prompts
 from ecospec.experiment.components import Components, load_components, pick_device
 from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, digest, validate
@@ -68,7 +68,7 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, ta
 
 def ar_key(cfg: dict, device: torch.device) -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
-    model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor")}
+    model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
     keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "max_new_tokens", "seed")
     return {"model": model, **{k: cfg[k] for k in keys}, "hardware": hardware(device)}
 
@@ -113,8 +113,7 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], ar: dict) -> dict:
     else:
         s["matches_ar"] = None
     info = moe_info(comp.target)
-    width = next(iter(comp.target.model.layers[info.moe_layers[0]].mlp.experts.parameters())).element_size()
-    s["hbm_bytes_per_verify"] = hbm_bytes_per_verify(info, s["experts_per_layer"] or 0.0, width)
+    s["hbm_bytes_per_verify"] = verify_hbm_bytes(cfg["model"], s["experts_per_layer"] or 0.0)
     s["predictor_accuracy"] = comp.predictor_accuracy
     s["top_k"] = info.top_k
     s["num_experts"] = info.num_experts

@@ -48,6 +48,7 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     for k in CELL_KEYS:
         v = cfg.get(k)
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
+    out["model"] = {k: v for k, v in dict(out["model"]).items() if k != "facts"}  # descriptive, not identity
     return out
 
 
