@@ -158,7 +158,10 @@ def run_cell(cfg, cell_dir: str | Path) -> dict:
     try:
         validate(d)
         device = pick_device(d.get("device", "auto"))
-        threads = d.get("threads") or os.environ.get("SLURM_CPUS_PER_TASK")  # without cgroups jobs see every core
+        # explicit > Slurm's allocation (no cgroups: jobs see every core) > the model's CPU default
+        threads = d.get("threads") or os.environ.get("SLURM_CPUS_PER_TASK")
+        if not threads and device.type == "cpu":
+            threads = d["model"].get("cpu_threads")
         if threads:
             torch.set_num_threads(int(threads))
         record["env"] = environment(device)

@@ -48,7 +48,8 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     for k in CELL_KEYS:
         v = cfg.get(k)
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
-    out["model"] = {k: v for k, v in dict(out["model"]).items() if k != "facts"}  # descriptive, not identity
+    # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
+    out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
     return out
 
 
