@@ -214,6 +214,20 @@ def test_rerun_skips_ok_cells_and_force_recomputes(cell):
     assert (cell_dir / RESULT).stat().st_mtime_ns != before
 
 
+def test_trace_steps_keeps_capped_verify_pass_traces(cell):
+    cfg, cell_dir = cell("method=ecospec", "trace_steps=5")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    trace = rec["trace"]
+    assert len(trace) == 5 and trace[0]["prompt"] == rec["prompts"][0]["id"]
+    step = trace[0]
+    assert step["path"][0] == 0 and len(step["routes"]) == rec["summary"]["num_moe_layers"]
+    assert len(step["routes"][0]) == len(step["tokens"]) == len(step["parents"]) and step["parents"][0] == -1
+    assert "trace" not in rec["prompts"][0]
+    plain, plain_dir = cell("method=ecospec")
+    assert cell_id(plain) != cell_id(cfg) and "trace" not in run_cell(plain, plain_dir)
+
+
 def test_deepseek_mtp_cell_is_lossless(cell):
     cfg, cell_dir = cell("model=tiny_random_deepseek", "method=mtp")
     rec = run_cell(cfg, cell_dir)

@@ -232,3 +232,26 @@ def test_expert_bitmasks_full_size_is_fast():
     assert time.perf_counter() - start < 1.0
     assert len(masks) == 512
     assert masks[:3] == _bitmasks_by_hand(routes[:, :3], 128)
+
+
+def test_step_traces_rebuild_the_sequence_routing():
+    """The accepted paths of traced verify passes carry exactly the routes a plain forward over the final
+    sequence gives (tree attention is exact), so SD records can feed the routing-overlap analysis."""
+    model = tiny_model("qwen3_moe-b", dtype=torch.float64)
+    from ecospec.drafters.draft_model import DraftModelDrafter
+    from ecospec.models import perturbed_copy
+
+    ids = _ids(10, seed=3)
+    drafter = DraftModelDrafter(perturbed_copy(model, scale=0.05, seed=1))
+    res = ecospec.generate(model, ids, drafter=drafter, gamma=4, depth=3, topk=2, max_new_tokens=12, trace=True)
+    assert any(len(s.trace.path) > 1 for s in res.steps)  # some drafts were accepted
+    per_step = [torch.tensor(s.trace.routes)[:, s.trace.path] for s in res.steps]  # [L, accepted, k]
+    traced = torch.cat(per_step, dim=1)
+    full = torch.cat([ids, torch.tensor([res.tokens])], dim=1)[:, : ids.shape[1] - 1 + traced.shape[1]]
+    with torch.no_grad(), RoutingCapture(model) as cap:
+        model(full)
+        routes = cap.take()
+    expected = routes[:, ids.shape[1] - 1 :]
+    assert traced.shape == expected.shape
+    assert torch.equal(traced.sort(dim=-1).values, expected.sort(dim=-1).values)
+    assert all(s.trace is None for s in ecospec.generate(model, ids, max_new_tokens=3).steps)

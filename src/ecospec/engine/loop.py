@@ -12,7 +12,7 @@ import torch
 
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
-from ecospec.engine.records import GenerateResult, StepStats
+from ecospec.engine.records import GenerateResult, StepStats, StepTrace
 from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts, unique_per_layer
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
 from ecospec.models.adapters import moe_info
@@ -72,8 +72,12 @@ def generate(
     seed: int = 0,
     top_p: float = 1.0,
     eos_token_id: int | list[int] | None = None,
+    trace: bool = False,
 ) -> GenerateResult:
-    """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API)."""
+    """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API).
+
+    `trace=True` keeps each verify pass's block (tokens, parents, depths), accepted path and routes in
+    `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step)."""
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     info = moe_info(target)
     layout = attention_layout(target.config)
@@ -159,6 +163,9 @@ def generate(
             t_end = _now(device)
 
             produced = [block_tokens[j] for j in path[1:]] + [bonus]
+            step_trace = None
+            if trace:
+                step_trace = StepTrace(block_tokens, block_parents, block_depths, list(path), routes.tolist())
             out.steps.append(
                 StepStats(
                     accepted=len(produced),
@@ -169,6 +176,7 @@ def generate(
                     t_select=t_selected - t_predicted,
                     t_verify=t_end - t_selected,
                     t_total=t_end - t_start,
+                    trace=step_trace,
                 )
             )
             for tok in produced:

@@ -6,6 +6,17 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class StepTrace:
+    """One verify pass, for routing analyses: block index 0 is the root."""
+
+    tokens: list[int]
+    parents: list[int]  # block index of each token's parent (-1 for the root)
+    depths: list[int]  # draft depth (root 0)
+    path: list[int]  # accepted block indices, root first (the bonus token is not in the block)
+    routes: list[list[list[int]]]  # [MoE layers][block tokens][k] expert ids
+
+
+@dataclass
 class StepStats:
     accepted: int  # tokens the step produced: accepted draft tokens + the bonus token (AR: 1)
     verified: int  # tokens in the verify pass, root included
@@ -15,6 +26,7 @@ class StepStats:
     t_select: float = 0.0
     t_verify: float = 0.0  # target forward + acceptance + cache compaction
     t_total: float = 0.0
+    trace: StepTrace | None = None  # generate(trace=True) only
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from ecospec.analysis.cost import verify_hbm_bytes
 from ecospec.data import encode_turn, load_prompts
 from ecospec.experiment.components import Components, load_components, pick_device
 from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, digest, validate
-from ecospec.experiment.metrics import expert_load, prompt_row, public_row, summarize
+from ecospec.experiment.metrics import expert_load, prompt_row, public_row, step_traces, summarize
 from ecospec.experiment.records import (
     FAILED,
     RESULT,
@@ -39,6 +40,7 @@ RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger
 def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, tag: str, method: dict) -> list[dict]:
     """Generate every turn of every prompt with `method`'s drafter/selector/predictor (AR when tag is 'ar')."""
     ar = tag == "ar"
+    trace_left = 0 if ar else int(cfg.get("trace_steps") or 0)  # verify passes to keep, over the whole cell
     rows = []
     bar = tqdm(prompts, desc=f"{tag} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
     for p in bar:
@@ -55,13 +57,16 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, ta
                     comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
                     selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
                     depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
-                    max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
+                    max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=trace_left > 0,
                 )  # fmt: skip
                 seconds = time.perf_counter() - t0
                 oracle = not ar and comp.predictor == "oracle"
                 row = prompt_row(p.id, turn, len(ids), res, seconds, oracle)
+                if trace_left > 0:
+                    row["trace"] = [asdict(st.trace) for st in res.steps[:trace_left]]
                 progress.add(key, row)
             rows.append(row)
+            trace_left -= len(row.get("trace", ()))
             answers.append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
     return rows
 
@@ -175,6 +180,8 @@ def run_cell(cfg, cell_dir: str | Path) -> dict:
         record["summary"] = _summary(comp, d, rows, ar)
         record["prompts"] = [public_row(r) for r in rows]
         record["expert_load"] = expert_load(rows)
+        if d.get("trace_steps"):
+            record["trace"] = step_traces(rows)
         record["status"] = "ok"
         progress.clear()
     except Exception as e:  # noqa: BLE001 - a failed cell is data; the sweep goes on

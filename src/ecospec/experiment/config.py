@@ -30,6 +30,7 @@ CELL_KEYS = (
     "max_new_tokens",
     "num_prompts",
     "seed",
+    "trace_steps",  # what the record holds
 )
 
 
@@ -119,6 +120,9 @@ def validate(cfg: DictConfig | Mapping) -> None:
     n = d.get("num_prompts")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise _bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
+    ts = d.get("trace_steps")
+    if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+        raise _bad("trace_steps", ts, "must be an integer >= 0 (verify passes whose routes the record keeps)")
     if not isinstance(d.get("seed"), int):
         raise _bad("seed", d.get("seed"), "must be an integer")
 

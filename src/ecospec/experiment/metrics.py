@@ -76,8 +76,15 @@ def expert_load(rows: list[dict]) -> list[list[int]]:
     ]
 
 
+def step_traces(rows: list[dict]) -> list[dict]:
+    """The kept verify-pass traces of a cell (trace_steps > 0), each tagged with its prompt and step."""
+    return [
+        {"prompt": r["id"], "turn": r["turn"], "step": i, **t} for r in rows for i, t in enumerate(r.get("trace", ()))
+    ]
+
+
 def public_row(row: dict) -> dict:
     """A prompt row as stored in result.json: per-layer means instead of sums, no per-prompt load."""
-    out = {k: v for k, v in row.items() if k not in ("experts_sum", "expert_load")}
+    out = {k: v for k, v in row.items() if k not in ("experts_sum", "expert_load", "trace")}
     out["experts_by_layer"] = [x / row["steps"] for x in row["experts_sum"]] if row["steps"] else []
     return out
