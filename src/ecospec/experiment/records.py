@@ -12,8 +12,10 @@ import tempfile
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 SCHEMA = 1
 RESULT = "result.json"
@@ -75,6 +77,8 @@ def _git_commit() -> str | None:
 
 def hardware(device: torch.device) -> str:
     """What the timings ran on (part of the AR cache key): GPU name, or CPU model and torch threads."""
+    import torch  # here, not at module level: the reports read records without torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     cpu = platform.processor() or platform.machine()
@@ -89,6 +93,7 @@ def hardware(device: torch.device) -> str:
 
 
 def environment(device: torch.device) -> dict:
+    import torch
     import transformers
 
     from ecospec import __version__

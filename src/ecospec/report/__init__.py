@@ -1,0 +1,94 @@
+"""Tables and figures from result records (`make tables`): the EcoSpec paper's Tables 1-13 with the paper's
+values beside ours, modeled GPU numbers, the figures, and an index `README.md` of what came from which sweeps.
+
+`report/` reads result files only, never models (DESIGN.md "Data flows one way").
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ecospec.report.records import conf_defaults, load_records, model_costs
+from ecospec.report.tables import SPECS, build_tables, fit_overheads
+from ecospec.report.write import write_index, write_table
+
+MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled"]  # files a build rewrites or removes
+
+
+FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
+
+
+def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
+    from ecospec.report.figures import write_figures
+
+    try:
+        conn.send_bytes(pickle.dumps(("ok", write_figures(frame, out, part))))
+    except BaseException as e:  # noqa: BLE001 - re-raised by the parent
+        conn.send_bytes(pickle.dumps(("error", e)))
+    finally:
+        conn.close()
+
+
+def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
+    """Start drawing the figures (fork shares the frame without pickling it); returns a function that waits for
+    them and returns the FigureInfo list. Without fork, draws them here and now."""
+    from ecospec.report.figures import remove_stale, write_figures
+
+    if "fork" not in mp.get_all_start_methods():
+        infos = write_figures(frame, out)
+        return lambda: infos
+    ctx = mp.get_context("fork")
+    jobs = []
+    for i in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_figures_child, args=(frame, out, (i, processes), child), daemon=True)
+        proc.start()
+        child.close()
+        jobs.append((proc, parent))
+
+    def wait():
+        infos = []
+        for proc, conn in jobs:
+            try:
+                status, value = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                proc.join()
+                raise RuntimeError(f"a figures process died (exit code {proc.exitcode})") from None
+            proc.join()
+            if status == "error":
+                raise value
+            infos += value
+        infos.sort(key=lambda f: f.name)
+        remove_stale(out, infos)
+        return infos
+
+    return wait
+
+
+def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None) -> list[Path]:
+    """Read every result file under `records`, write each table that has cells (md, tex, csv), the figures under
+    `out_dir/figures/` and the index; return the files written. Tables without cells lose their old files."""
+    started = datetime.now(UTC)
+    sources = [str(r) for r in records]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = load_records(sources, since)
+    figures_job = _start_figures(recs.frame, out / "figures")
+    costs = model_costs(recs.model_configs)
+    tables, missing = build_tables(
+        recs.frame, conf_defaults(recs.model_configs), costs, fit_overheads(recs.frame, costs)
+    )
+    written = [p for t in tables for p in write_table(t, out)]
+    built = {t.name for t in tables}
+    for name in MANAGED:
+        if name not in built:
+            for ext in ("md", "tex", "csv"):
+                (out / f"{name}.{ext}").unlink(missing_ok=True)
+    figures = figures_job()
+    written += [Path(p) for f in figures for p in f.files]
+    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
+    return written

@@ -1,0 +1,274 @@
+"""Result records -> one pandas DataFrame, a row per readable `result.json` (failed cells included, with NaN
+metrics, so the index can count them). A corrupt or partial file is skipped with a warning naming it.
+
+Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
+datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
+max_new_tokens, num_prompts, seed), selector, drafter (the kind used: `default` resolved to the model's),
+drafter_path, predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha,
+E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens,
+steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify,
+predictor_accuracy, top_k, num_experts, num_moe_layers) and expert_load ([MoE layers, N] int64 array or None).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ecospec.experiment.records import RESULT, SCHEMA
+
+AXES = (
+    "temperature", "top_p", "gamma", "depth", "topk", "batch_size", "max_new_tokens", "num_prompts", "seed",
+)  # fmt: skip
+SUMMARY = (
+    "alpha", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s", "tokens",
+    "steps", "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
+    "predictor_accuracy", "top_k", "num_experts", "num_moe_layers",
+)  # fmt: skip
+COLUMNS = (
+    "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
+    "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware", "device", "alpha", "E",
+    *SUMMARY[1:], "expert_load",
+)  # fmt: skip
+# top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
+# more spaces, and JSON strings hold no raw newline, so these match nowhere else)
+_PROMPTS_KEY = '\n "prompts": '
+_LOAD_KEY = '\n "expert_load": '
+
+
+@dataclass
+class Records:
+    """The frame plus what the index and the cost model need besides it."""
+
+    frame: pd.DataFrame
+    skipped: list[str] = field(default_factory=list)  # unreadable or partial files (warned)
+    model_configs: dict[str, dict] = field(default_factory=dict)  # model -> its newest ok record's config.model
+
+
+def _load_array(text: str, shape: tuple[int, int] | None) -> np.ndarray | None:
+    """`[[int, ...], ...]` as a 2-D int64 array via numpy's text parser, of `shape` when the summary gives it;
+    ValueError if it is anything else."""
+    if text == "[]":
+        return None
+    rows = shape[0] if shape else text.count("[") - 1
+    if not text.startswith("[") or not text.endswith("]") or rows < 1:
+        raise ValueError("expert_load is not a list of lists")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # numpy warns (not raises) on trailing garbage
+        flat = np.fromstring(text.replace("[", " ").replace("]", " "), dtype=np.int64, sep=",")
+    if flat.size != (shape[0] * shape[1] if shape else flat.size) or flat.size % rows:
+        raise ValueError("expert_load has another shape than [MoE layers][N]")
+    return flat.reshape(rows, -1)
+
+
+def _list_end(text: str, begin: int) -> int:
+    """End of the top-level list value starting at `begin`: just past its closing bracket, the first "]" at one
+    space of indent (inner lists close deeper). Single-character `find` is a memchr, much faster than a pattern."""
+    if text.startswith("[]", begin):
+        return begin + 2
+    i = begin
+    while (i := text.find("]", i + 1)) >= 0:
+        if text[i - 2 : i] == "\n ":
+            return i + 1
+    return -1
+
+
+def _balanced(text: str) -> bool:
+    return text.count("[") == text.count("]") and text.count("{") == text.count("}")
+
+
+def parse_record(text: str) -> dict:
+    """A record's JSON without its per-prompt rows (the report does not read them). On the layout run.py writes
+    (indent=1) the rows are cut out unparsed when their brackets balance, and the expert load (most of the
+    bytes) is cut out and read by numpy, several times faster than `json` for an integer matrix; everything else
+    is parsed by `json`, so a file cut short anywhere fails. Any other layout, or any doubt: `json.loads`."""
+    load_at = text.find(_LOAD_KEY)
+    end = _list_end(text, load_at + len(_LOAD_KEY)) if load_at >= 0 else -1
+    if end >= 0:
+        rows_at = text.find(_PROMPTS_KEY, 0, load_at)  # the rows come just before the load
+        if rows_at >= 0 and _balanced(text[rows_at:load_at]):
+            head = text[: rows_at + len(_PROMPTS_KEY)] + "null,"
+        else:
+            head = text[:load_at]
+        begin = load_at + len(_LOAD_KEY)
+        try:
+            rec = json.loads(head + _LOAD_KEY + "null" + text[end:])
+            s = rec.get("summary") if isinstance(rec, dict) else None
+            shape = (s.get("num_moe_layers"), s.get("num_experts")) if isinstance(s, dict) else None
+            load = _load_array(text[begin:end], shape if shape and all(isinstance(x, int) for x in shape) else None)
+        except ValueError:
+            pass
+        else:
+            rec.pop("prompts", None)
+            rec["expert_load"] = load
+            return rec
+    rec = json.loads(text)
+    if isinstance(rec, dict):
+        rec.pop("prompts", None)
+        if rec.get("expert_load"):
+            rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64)
+    return rec
+
+
+def _problem(rec) -> str | None:
+    """Why a parsed record cannot be used, or None."""
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA or "status" not in rec:
+        return f"not an ecospec schema-{SCHEMA} record"
+    cfg = rec.get("config")
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), dict) for k in ("model", "method", "dataset")):
+        return "no cell config (partial record)"
+    if rec["status"] == "ok" and not isinstance(rec.get("summary"), dict):
+        return "an ok record without its summary (partial record)"
+    return None
+
+
+def _row(rec: dict, path: Path) -> dict:
+    cfg = rec["config"]
+    model, method = cfg["model"], cfg["method"]
+    drafter = method.get("drafter")
+    drafter = model.get("default_drafter") if drafter == "default" else drafter
+    drafter_cfg = (model.get("drafters") or {}).get(drafter) or {}
+    ok = rec["status"] == "ok"
+    s = rec.get("summary") if ok else None
+    s = s or {}
+    env = rec.get("env") or {}
+    row = {
+        "experiment": rec.get("experiment"),
+        "cell": rec.get("cell"),
+        "cell_id": rec.get("cell_id"),
+        "path": str(path),
+        "status": rec["status"],
+        "finished": rec.get("finished") or rec.get("started"),
+        "model": model.get("name"),
+        "method": method.get("name"),
+        "dataset": cfg["dataset"].get("name"),
+        **{k: cfg.get(k) for k in AXES},
+        "selector": method.get("selector"),
+        "drafter": drafter,
+        "drafter_path": drafter_cfg.get("path"),
+        "predictor_checkpoint": (model.get("predictor") or {}).get("checkpoint")
+        if method.get("predictor") == "learned"
+        else None,
+        "hardware": env.get("hardware"),
+        "device": env.get("device"),
+        "E": s.get("experts_per_layer"),
+        **{k: s.get(k) for k in SUMMARY},
+        "expert_load": rec.get("expert_load") if ok else None,
+    }
+    if isinstance(row["expert_load"], list):  # a record given as a dict rather than read from a file
+        row["expert_load"] = np.asarray(row["expert_load"], dtype=np.int64) if row["expert_load"] else None
+    return row
+
+
+def find_files(dirs: Iterable[str | Path]) -> list[Path]:
+    """Every `result.json` under the given sweep directories (or the files themselves), sorted."""
+    out: set[str] = set()
+    for d in map(str, dirs):
+        if os.path.isfile(d):
+            out.add(d)
+        else:  # os.walk: several times faster than Path.rglob over thousands of cell directories
+            out.update(os.path.join(root, RESULT) for root, _, files in os.walk(d) if RESULT in files)
+    return [Path(p) for p in sorted(out)]
+
+
+NUMERIC = ("temperature", "top_p", "alpha", "E", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s",
+           "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
+           "predictor_accuracy")  # fmt: skip
+
+
+def frame_of(rows: list[dict]) -> pd.DataFrame:
+    """The typed frame of `_row` dicts (also for an empty list)."""
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df["finished"] = pd.to_datetime(df["finished"], utc=True, errors="coerce", format="ISO8601")
+    for k in NUMERIC:
+        df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
+    return df
+
+
+def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
+    """Records already in memory (dicts in the result.json schema, each with the path it stands for; None for a
+    file that could not be read, already warned about)."""
+    rows, skipped, newest = [], [], {}
+    for rec, path in records:
+        problem = "unreadable" if rec is None else _problem(rec)
+        if problem:
+            if rec is not None:
+                warnings.warn(f"skipping result file {path}: {problem}", stacklevel=2)
+            skipped.append(str(path))
+            continue
+        row = _row(rec, Path(path))
+        rows.append(row)
+        if row["status"] == "ok" and (row["finished"] or "") >= newest.get(row["model"], ("",))[0]:
+            newest[row["model"]] = (row["finished"], rec["config"]["model"])
+    configs = {name: cfg for name, (_, cfg) in newest.items()}
+    return Records(frame_of(rows), skipped, configs)
+
+
+def _read(paths: list[Path]):
+    for path in paths:
+        try:
+            yield parse_record(path.read_text()), path
+        except (OSError, ValueError) as e:
+            warnings.warn(f"skipping unreadable result file {path}: {e}", stacklevel=2)
+            yield None, path
+
+
+def load_records(dirs: Iterable[str | Path], since: str | pd.Timestamp | None = None) -> Records:
+    """Read every result file under `dirs` (newest last); `since` keeps records finished at or after it."""
+    paths = find_files(dirs)
+    out = records_frame(_read(paths))
+    if since is not None:
+        ts = pd.Timestamp(since)
+        ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+        out.frame = out.frame[out.frame["finished"] >= ts].reset_index(drop=True)
+        kept = set(out.frame.loc[out.frame["status"] == "ok", "model"])
+        out.model_configs = {m: c for m, c in out.model_configs.items() if m in kept}
+    return out
+
+
+def conf_defaults(model_configs: dict[str, dict]) -> dict[str, dict]:
+    """Per model: its default drafter, drafter path per kind and predictor checkpoint, as conf/model/<name>.yaml
+    says (the main tables' cells use these); a model without a conf file takes its newest record's config."""
+    from ecospec.analysis.cost import conf_dir, load_model_config
+
+    out = {}
+    for name, cfg in model_configs.items():
+        if (conf_dir() / "model" / f"{name}.yaml").exists():
+            cfg = load_model_config(name)
+        out[name] = {
+            "default_drafter": cfg.get("default_drafter"),
+            "drafters": {k: (v or {}).get("path") for k, v in (cfg.get("drafters") or {}).items()},
+            "predictor": (cfg.get("predictor") or {}).get("checkpoint"),
+        }
+    return out
+
+
+def model_costs(model_configs: dict[str, dict]) -> dict:
+    """`analysis.cost.model_cost` of each model that can be counted offline (conf/model facts, a tiny preset or
+    recipe); the others are left out with a warning rather than fetched from the Hub."""
+    from ecospec.analysis.cost import conf_dir, load_model_config, model_cost
+
+    out = {}
+    for name, cfg in model_configs.items():
+        facts = cfg.get("facts")
+        if facts is None and (conf_dir() / "model" / f"{name}.yaml").exists():
+            facts = load_model_config(name).get("facts")
+        if cfg.get("source") == "hf" and not (facts or {}).get("hf_config"):
+            warnings.warn(
+                f"model {name}: no facts.hf_config in conf/model, left out of Table 13 and modeled.md", stacklevel=2
+            )
+            continue
+        try:
+            out[name] = model_cost(cfg)
+        except (ValueError, OSError, KeyError, ImportError) as e:
+            warnings.warn(
+                f"model {name}: cannot count its parameters ({e}); left out of Table 13 and modeled.md", stacklevel=2
+            )
+    return out

@@ -1,0 +1,235 @@
+"""Synthetic result records in the exact `result.json` schema, covering every table's axes: for tests and the
+report benchmark (`benchmarks/report_bench.py`). The numbers are made up around the paper's; nothing is run.
+
+The grid: each paper model (qwen3, gptoss, deepseek) and the tiny model, with their conf/model configs, over
+the sweeps of the paper's tables: Table 1 (AR, baseline, EcoSpec x 7 benchmarks x T 0/1), 4 (global cost), 9
+(predictor checkpoints acc50/acc60/final), 10 (oracle), 11-12 (γ 3-6), batch sizes 1/2/4/8 (the engine runs
+only 1; synthetic only), and another drafter checkpoint (GTO) with and without EcoSpec. Past the grid, reruns
+follow (new seeds, later sweeps, later times), and about 2 % of the records are failed cells.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import cache
+
+import numpy as np
+
+from ecospec.analysis.cost import load_model_config, model_cost, verify_hbm_bytes
+from ecospec.experiment.config import cell_config, cell_id, cell_name
+from ecospec.experiment.records import SCHEMA
+
+MODELS = ("qwen3", "gptoss", "deepseek", "tiny")
+DATASETS = ("gsm8k", "humaneval", "aime25", "math500", "amc", "mtbench", "mmstar")
+METHODS = {  # conf/method/*.yaml
+    "ar": {"name": "ar", "drafter": None, "selector": "confidence", "predictor": None},
+    "baseline": {"name": "baseline", "drafter": "default", "selector": "confidence", "predictor": None},
+    "eagle3": {"name": "eagle3", "drafter": "eagle3", "selector": "confidence", "predictor": None},
+    "mtp": {"name": "mtp", "drafter": "mtp", "selector": "confidence", "predictor": None},
+    "ecospec": {"name": "ecospec", "drafter": "default", "selector": "ecospec", "predictor": "learned"},
+    "global_cost": {"name": "global_cost", "drafter": "default", "selector": "global_cost", "predictor": "learned"},
+    "oracle": {"name": "oracle", "drafter": "default", "selector": "oracle", "predictor": "oracle"},
+}
+# model -> (baseline E, EcoSpec E, baseline α, EcoSpec α, AR s per token, baseline T_verify s, T_draft s)
+PAPERISH = {
+    "qwen3": (23.7, 20.5, 2.41, 2.32, 0.490, 0.832, 0.008),
+    "gptoss": (11.6, 10.6, 1.88, 1.86, 0.081, 0.113, 0.035),
+    "deepseek": (31.4, 31.2, 2.85, 2.79, 0.369, 0.980, 0.008),
+    "tiny": (9.5, 8.4, 2.1, 2.0, 0.004, 0.006, 0.012),
+}
+GPU = "NVIDIA H100 80GB HBM3"
+BATCH_GPU = "NVIDIA H200"
+CPU = "AMD EPYC 7B13 (2 threads)"
+ACCURACY = {"acc50": 0.5, "acc60": 0.6, "final": 0.82}
+RUN = {"out_dir": "experiments", "device": "auto", "threads": None, "force": False, "progress": False,
+       "logger": {"name": "none"}}  # fmt: skip
+ENV = {"host": "synthetic", "python": "3.11.7", "torch": "2.13.0", "transformers": "5.24.0", "ecospec": "0.1.0",
+       "git_commit": None, "slurm_job_id": None, "slurm_array_task_id": None}  # fmt: skip
+
+
+def _grid() -> list[dict]:
+    """One dict per cell of the paper's sweeps: experiment, model, method, dataset and the knobs that differ."""
+    cells = []
+    for model in MODELS:
+        base = "mtp" if model == "deepseek" else "eagle3"
+        for ds in DATASETS:
+            for t in (0.0, 1.0):
+                for method in ("ar", "baseline", "ecospec"):
+                    cells.append({"experiment": "table1", "model": model, "method": method, "dataset": ds, "T": t})
+            for gamma in (3, 4, 5, 6):
+                for method in (base, "ecospec"):
+                    cells.append({"experiment": "table11_12", "model": model, "method": method, "dataset": ds,
+                                  "gamma": gamma})  # fmt: skip
+            for b in (1, 2, 4, 8):
+                for method in ("ar", base, "ecospec"):
+                    cells.append({"experiment": "batch", "model": model, "method": method, "dataset": ds, "B": b})
+            if model != "deepseek":
+                for method in ("eagle3", "ecospec"):
+                    cells.append({"experiment": "gto", "model": model, "method": method, "dataset": ds, "gto": True})
+        for method in ("global_cost", "ecospec"):
+            cells.append({"experiment": "table4", "model": model, "method": method, "dataset": "gsm8k"})
+        for ds in ("gsm8k", "mtbench"):
+            for ckpt in ("acc50", "acc60", "final"):
+                cells.append({"experiment": "table9", "model": model, "method": "ecospec", "dataset": ds,
+                              "ckpt": ckpt})  # fmt: skip
+            for method in ("oracle", "ecospec"):
+                cells.append({"experiment": "table10", "model": model, "method": method, "dataset": ds})
+    return cells
+
+
+@cache
+def _model(name: str) -> tuple[dict, object]:
+    """The conf/model config as a record stores it (no `facts`), and its cost model."""
+    cfg = load_model_config(name)
+    return {k: v for k, v in cfg.items() if k != "facts"}, model_cost(name)
+
+
+def _config(c: dict, seed: int) -> dict:
+    model = dict(_model(c["model"])[0])
+    kind = "mtp" if c["model"] == "deepseek" else "eagle3"
+    if c.get("gto"):
+        model["drafters"] = {**model["drafters"], kind: {**model["drafters"][kind], "path": f"gto/{c['model']}-{kind}"}}
+    model["predictor"] = {**model["predictor"], "checkpoint": c.get("ckpt", model["predictor"]["checkpoint"])}
+    if "checkpoints" in model["predictor"]:  # a trained predictor per checkpoint name
+        model["predictor"]["checkpoints"] = {k: f"predictors/{c['model']}/{k}" for k in ("final", "acc50", "acc60")}
+    return {
+        "model": model,
+        "method": dict(METHODS[c["method"]]),
+        "dataset": {"name": c["dataset"], "source": None},
+        "temperature": c.get("T", 0.0),
+        "top_p": 1.0,
+        "gamma": c.get("gamma", 4),
+        "depth": 3,
+        "topk": 2,
+        "batch_size": c.get("B", 1),
+        "max_new_tokens": 64 if c["model"] == "tiny" else 512,
+        "num_prompts": 8 if c["model"] == "tiny" else 100,
+        "seed": seed,
+    }
+
+
+def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
+    e_base, e_eco, a_base, a_eco, t_ar, tv_base, t_draft = PAPERISH[c["model"]]
+    method, k = c["method"], cost.top_k
+    noise = lambda s=0.04: float(rng.normal(1.0, s))  # noqa: E731
+    gamma, batch = cfg["gamma"], cfg["batch_size"]
+    scale_e = (1 + 0.18 * (gamma - 4)) * batch**0.55
+    if method == "ar":  # one token per step; E = k at B=1 (a batch's tokens route apart)
+        alpha, e, t_verify, t_draft, t_pred = 1.0, k * batch**0.7, t_ar * batch**0.3 * noise(0.02), 0.0, 0.0
+    else:
+        eco = method in ("ecospec", "global_cost", "oracle")
+        e = (e_eco if eco else e_base) * scale_e
+        alpha = (a_eco if eco else a_base) * (1 + 0.1 * (gamma - 4))
+        if method == "global_cost":
+            e, alpha = e * 1.03, alpha * 0.88
+        if method == "oracle":
+            e = e * 0.98
+        if c.get("ckpt") in ("acc50", "acc60"):
+            e, alpha = e * (1.08 if c["ckpt"] == "acc50" else 1.04), alpha * 0.97
+        if c.get("gto"):
+            alpha = alpha * 1.12
+        t_verify = tv_base * (e / e_base) ** 0.6 * batch**0.3
+        t_pred = 0.004 if eco and method != "oracle" else 0.0
+        alpha, e, t_verify = alpha * noise(), min(e * noise(), cost.num_experts), t_verify * noise()
+    t_select = 3e-5 if method != "ar" else 0.0
+    t_step = t_pred + t_draft + t_select + t_verify
+    ar_t_step = t_ar * batch**0.3 * noise(0.02)
+    steps = int(cfg["num_prompts"] * cfg["max_new_tokens"] / alpha)
+    tokens = int(steps * alpha)
+    tps, ar_tps = alpha / t_step, 1.0 / ar_t_step
+    by_layer = rng.normal(e, 0.0 if method == "ar" else 0.1 * e, cost.moe_layers).clip(k, cost.num_experts)
+    return {
+        "alpha": alpha,
+        "experts_per_layer": float(by_layer.mean()),
+        "experts_by_layer": by_layer.tolist(),
+        "t_pred_s": t_pred,
+        "t_draft_s": t_draft,
+        "t_select_s": t_select,
+        "t_verify_s": t_verify,
+        "t_step_s": t_step,
+        "t_prefill_s": t_verify * 2,
+        "tokens": tokens,
+        "steps": steps,
+        "prompts": cfg["num_prompts"],
+        "seconds": tokens / tps,
+        "tokens_per_s": tps,
+        "ar_tokens_per_s": ar_tps,
+        "ar_t_step_s": ar_t_step,
+        "speedup": tps / ar_tps,
+        "matches_ar": 1.0 if cfg["temperature"] == 0 else None,
+        "hbm_bytes_per_verify": verify_hbm_bytes(cost, float(by_layer.mean())),
+        "predictor_accuracy": ACCURACY.get(cfg["model"]["predictor"]["checkpoint"]) if c["method"] in (
+            "ecospec", "global_cost") else None,
+        "top_k": k,
+        "num_experts": cost.num_experts,
+        "num_moe_layers": cost.moe_layers,
+    }  # fmt: skip
+
+
+def _prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:
+    """Two prompt rows (a real record has one per prompt turn; two keep the files small)."""
+    rows = []
+    for i in range(2):
+        n = min(cfg["max_new_tokens"], 16)
+        steps = max(1, round(n / summary["alpha"]))
+        rows.append({
+            "id": f"{cfg['dataset']['name']}/{i}", "turn": 0, "prompt_tokens": int(rng.integers(50, 400)),
+            "tokens": rng.integers(3, 4096, n).tolist(), "n_tokens": n, "steps": steps, "accepted": n,
+            "verified": steps * cfg["gamma"], "seconds": steps * summary["t_step_s"],
+            "t_prefill_s": summary["t_prefill_s"], **{f"{p}_s": steps * summary[f"{p}_s"] for p in (
+                "t_pred", "t_draft", "t_select", "t_verify")}, "t_total_s": steps * summary["t_step_s"],
+            "alpha": n / steps, "experts_per_layer": summary["experts_per_layer"],
+            **({"matches_ar": True} if cfg["temperature"] == 0 else {}),
+            "experts_by_layer": summary["experts_by_layer"],
+        })  # fmt: skip
+    return rows
+
+
+def _load(summary: dict, rng: np.random.Generator) -> list[list[int]]:
+    """[MoE layers][N] routed-token counts with a few hot experts per layer."""
+    layers, n = summary["num_moe_layers"], summary["num_experts"]
+    weights = rng.gamma(0.6, 1.0, (layers, n))
+    total = summary["steps"] * summary["top_k"] * 3
+    return (weights / weights.sum(axis=1, keepdims=True) * total).astype(np.int64).tolist()
+
+
+def synthetic_records(n: int, seed: int = 0) -> list[dict]:
+    """`n` records: the grid's cells in order, then reruns of them (seed r, sweep `<name>_rerun<r>`), each
+    finished a minute after the previous one; every 50th record is a failed cell."""
+    rng = np.random.default_rng(seed)
+    grid = _grid()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    out = []
+    for i in range(n):
+        r, c = divmod(i, len(grid))
+        c = grid[c]
+        cfg = _config(c, seed=r)
+        name = c["experiment"] + (f"_rerun{r}" if r else "")
+        device = "cpu" if c["model"] == "tiny" else "cuda:0"
+        hardware = CPU if device == "cpu" else BATCH_GPU if c["experiment"] == "batch" else GPU
+        finished = start + timedelta(minutes=i)
+        wall = float(rng.uniform(20, 900))
+        rec = {
+            "schema": SCHEMA,
+            "cell_id": cell_id(cfg),
+            "cell": cell_name(cell_config(cfg)),
+            "experiment": name,
+            "status": "running",
+            "config": {**cfg, **RUN, "name": name},
+            "started": (finished - timedelta(seconds=wall)).isoformat(timespec="seconds"),
+            "env": {**ENV, "device": device, "hardware": hardware},
+        }
+        if i % 50 == 49:
+            rec["status"] = "failed"
+            rec["error"] = "RuntimeError: CUDA out of memory (synthetic)"
+            rec["traceback"] = "Traceback (most recent call last):\nRuntimeError: CUDA out of memory (synthetic)\n"
+        else:
+            summary = _summary(c, cfg, rng, _model(c["model"])[1])
+            rec["summary"] = summary
+            rec["prompts"] = _prompts(summary, cfg, rng)
+            rec["expert_load"] = _load(summary, rng)
+            rec["status"] = "ok"  # keeps its place after `experiment`, as in run_cell
+        rec["finished"] = finished.isoformat(timespec="seconds")
+        rec["wall_s"] = wall
+        out.append(rec)
+    return out

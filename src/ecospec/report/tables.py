@@ -1,0 +1,634 @@
+"""The EcoSpec paper's tables from the records frame (`records.py`): one pure builder per table, frame in ->
+DataFrame out, with the paper's value beside ours (a `paper` row under each `ours` row it has values for).
+
+A table frame has label columns (Model, T, Method, ..., Source) and numeric columns named "<group> <metric>"
+or "<metric>" (e.g. "GSM8K speedup", "Avg E", "t_verify_s"); `write.py` formats them, NaN shows as "—".
+Which records feed a table: status ok, the paper's main settings (`MAIN`: γ=4, depth 3, top-2, B=1) except
+the axis the table sweeps, and each model's standard drafter and predictor checkpoints (conf/model; Table 5
+takes the other drafter checkpoints, Table 9 every predictor checkpoint). When several records fit one cell
+(reruns), the newest is taken. The "baseline" is the model's own SD baseline: confidence selection with
+its drafter, labelled by the drafter (EAGLE-3, or MTP for DeepSeek), whatever the method was called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ecospec.analysis.cost import ModelCost, fit_overhead, modeled_step
+from ecospec.analysis.hardware import HARDWARE
+from ecospec.report.paper import paper_values
+
+MAIN = {"gamma": 4, "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1)
+MODELS = {"qwen3": "Qwen3-235B-A22B", "gptoss": "GPT-OSS-120B", "deepseek": "DeepSeek-V3.1"}
+DATASETS = {
+    "gsm8k": "GSM8K", "humaneval": "HumanEval", "aime25": "AIME25", "math500": "MATH500", "amc": "AMC22-24",
+    "mtbench": "MT-Bench", "mmstar": "MMStar",
+}  # fmt: skip
+DRAFTERS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model"}
+ROLES = {"ar": "AR", "baseline": "", "global_cost": "Global Cost", "ecospec": "EcoSpec", "oracle": "Oracle"}
+SELECTOR_ROLES = {"confidence": "baseline", "ecospec": "ecospec", "global_cost": "global_cost", "oracle": "oracle"}
+SPD_ALPHA_E = ["speedup", "alpha", "E"]
+LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ", "drafter_path": "Drafter checkpoint",
+          "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
+LABEL_COLUMNS = {*LABELS.values(), "Source"}  # a table frame's row-label columns; the others hold values
+
+
+def model_label(name: str) -> str:
+    return MODELS.get(name, name)
+
+
+def _rank(values: pd.Series, order) -> pd.Series:
+    """Position in `order`, unknown values after it (then alphabetical by the caller's stable sort)."""
+    pos = {v: i for i, v in enumerate(order)}
+    return values.map(lambda v: pos.get(v, len(pos)))
+
+
+# -- which records ------------------------------------------------------------------------------------------
+
+
+def infer_defaults(frame: pd.DataFrame) -> dict[str, dict]:
+    """Per model, from the records alone: the most common drafter path per drafter kind and predictor checkpoint,
+    and the drafter ecospec cells use. `records.conf_defaults` (conf/model) takes precedence over these."""
+    ok = frame[frame["status"] == "ok"]
+    out: dict[str, dict] = {}
+    for model, g in ok.groupby("model", sort=False):
+        paths = g.dropna(subset=["drafter"]).groupby("drafter")["drafter_path"]
+        pred = g["predictor_checkpoint"].dropna()
+        eco = g.loc[g["selector"] != "confidence", "drafter"].dropna()
+        out[model] = {
+            "default_drafter": eco.mode().iloc[0] if len(eco) else None,
+            "drafters": {k: (s.mode().iloc[0] if s.notna().any() else None) for k, s in paths},
+            "predictor": pred.mode().iloc[0] if len(pred) else None,
+        }
+    return out
+
+
+def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
+    """The ok records with derived columns: role (ar, baseline, global_cost, ecospec, oracle), label (the
+    method as the tables print it), paper_method (the paper CSVs' name for it), std_drafter / std_predictor (the
+    model's standard drafter checkpoint / predictor checkpoint, or none used), standard (both), Dataset (its
+    printed name), hbm_gb and sort ranks. Idempotent."""
+    if "role" in frame.columns:
+        return frame
+    defaults = {**infer_defaults(frame), **(defaults or {})}
+    heavy = ["expert_load", "experts_by_layer", "cell", "cell_id"]  # no table reads them; filters copy less
+    df = frame.loc[frame["status"] == "ok", [c for c in frame.columns if c not in heavy]].copy()
+    df["role"] = df["selector"].map(SELECTOR_ROLES).where(df["drafter"].notna(), "ar")
+    df = df[df["role"].notna()]
+    d = pd.DataFrame(
+        [(m, v.get("default_drafter"), v.get("predictor")) for m, v in defaults.items()],
+        columns=["model", "_default_drafter", "_predictor"],
+    )
+    paths = pd.DataFrame(
+        [(m, k, p) for m, v in defaults.items() for k, p in (v.get("drafters") or {}).items()],
+        columns=["model", "drafter", "_path"],
+    )
+    df = df.merge(d, on="model", how="left").merge(paths, on=["model", "drafter"], how="left")
+    same_path = df["drafter_path"].fillna("").astype(str) == df["_path"].fillna("").astype(str)
+    same_pred = df["predictor_checkpoint"].isna() | (
+        df["predictor_checkpoint"].astype(str) == df["_predictor"].fillna("").astype(str)
+    )
+    df["std_drafter"] = same_path | df["drafter"].isna()
+    df["std_predictor"] = same_pred
+    df["standard"] = df["std_drafter"] & df["std_predictor"]
+    drafter = df["drafter"].map(lambda k: DRAFTERS.get(k, k))
+    base = df["role"] == "baseline"
+    df["label"] = df["role"].map(ROLES).where(~base, drafter)
+    other = ~base & (df["role"] != "ar") & df["drafter"].notna() & (df["drafter"] != df["_default_drafter"])
+    df.loc[other, "label"] = df["label"] + " (" + drafter + ")"
+    df["paper_method"] = df["role"].where(~base, df["drafter"])
+    df["_model_rank"] = _rank(df["model"], MODELS)
+    df["_role_rank"] = _rank(df["role"], ROLES)
+    df["Dataset"] = df["dataset"].map(lambda k: DATASETS.get(k, k))
+    df["hbm_gb"] = df["hbm_bytes_per_verify"] / 1e9
+    df = df.drop(columns=["_default_drafter", "_predictor", "_path"])
+    return df.sort_values(["_model_rank", "model", "temperature", "_role_rank", "label", "finished"], kind="stable")
+
+
+def _newest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One record per cell: the newest (df is sorted by finished within equal keys by `prepare`)."""
+    return df.drop_duplicates(keys, keep="last")
+
+
+def _at(df: pd.DataFrame, **settings) -> pd.DataFrame:
+    """Rows at the main settings, with `settings` overriding them (None = any value)."""
+    want = {**MAIN, **settings}
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in want.items():
+        if v is not None:
+            mask &= (df[k] == v).to_numpy()
+    return df[mask]
+
+
+# -- the table layout -----------------------------------------------------------------------------------------
+
+
+def _assemble(
+    cells: pd.DataFrame,
+    rows: list[str],
+    metrics: list[str],
+    col: str | None = None,
+    groups: list[str] = (),
+    avg: bool = False,
+    paper: pd.DataFrame | None = None,
+    on: list[str] = (),
+    first: list[str] = (),
+) -> pd.DataFrame:
+    """`cells` as one row per `rows` key (in order of first appearance) with columns "<group> <metric>" for each
+    value of the `col` column (ordered as in `groups`, others as they come), or "<metric>" (the mean over the row's
+    cells) without `col`; `first`: row means put first; `avg`: "Avg <metric>", the mean over the groups present
+    in the row. Then a `paper` row under each row the paper has values for: `paper` is long (`on` columns + col,
+    metric, value) and is matched to the rows on `on`. Columns with no value at all are dropped."""
+    index = cells.drop_duplicates(rows).set_index(rows).index
+    g = cells.groupby(rows, sort=False)
+    ours = g[list(first)].mean() if first else pd.DataFrame(index=index)
+    if col is None:
+        ours = ours.join(g[metrics].mean())
+        names = list(metrics)
+    else:
+        wide = cells.groupby([*rows, col], sort=False)[metrics].mean().unstack(col)
+        present = list(dict.fromkeys(cells[col]))
+        order = list(present)
+        for x in present:
+            for m in metrics:
+                ours[f"{x} {m}"] = wide[(m, x)]
+        if avg:
+            for m in metrics:
+                ours[f"Avg {m}"] = ours[[f"{x} {m}" for x in present]].mean(axis=1)
+            order.append("Avg")
+    ours = ours.reindex(index)
+    pw = None
+    if paper is not None and len(paper):
+        keys = cells.drop_duplicates(rows)[list(dict.fromkeys([*rows, *on]))]
+        p = keys.merge(paper[paper["metric"].isin(metrics)], on=list(on))
+        if len(p):
+            p["name"] = p["metric"] if col is None else p["col"] + " " + p["metric"]
+            pw = p.pivot_table(index=rows, columns="name", values="value", aggfunc="first").reindex(index)
+            if col is not None:
+                order += [x for x in dict.fromkeys(p["col"]) if x not in order]
+    have = set(ours.columns) | (set(pw.columns) if pw is not None else set())
+    if col is not None:  # every metric of a group that has any; `groups` order, others before Avg
+        rank = {x: i for i, x in enumerate(x for x in groups if x != "Avg")}
+        order = sorted(order, key=lambda x: len(rank) + (x == "Avg") if x not in rank else rank[x])
+        names = [f"{x} {m}" for x in order if any(f"{x} {m}" in have for m in metrics) for m in metrics]
+    cols = [c for c in first if c in have] + [c for c in names if col is not None or c in have]
+    ours = ours.reindex(columns=cols)
+    parts = [ours.assign(Source="ours", _row=np.arange(len(ours)), _src=0)]
+    if pw is not None:
+        pw = pw.reindex(columns=cols)
+        has = pw.notna().any(axis=1).to_numpy()
+        parts.append(pw[has].assign(Source="paper", _row=np.arange(len(pw))[has], _src=1))
+    out = pd.concat(parts).sort_values(["_row", "_src"], kind="stable").drop(columns=["_row", "_src"])
+    out = out.reset_index()
+    empty = {c for c in cols if out[c].isna().all()}
+    if col is not None:  # a group stays whole if any of its columns has a value (a cell prints all its metrics)
+        for x in order:
+            group = {f"{x} {m}" for m in metrics}
+            if not group & set(cols) <= empty:
+                empty -= group
+    out = out.drop(columns=sorted(empty))
+    if "model" in out:
+        out["model"] = out["model"].map(model_label)
+    out = out.rename(columns=LABELS)
+    label_cols = [LABELS.get(r, r) for r in rows] + ["Source"]
+    return out[label_cols + [c for c in out.columns if c not in label_cols]].reset_index(drop=True)
+
+
+def _paper(table: int, col: Callable[[pd.DataFrame], pd.Series] | None = None) -> pd.DataFrame:
+    """Paper values as `_assemble` wants them: model, paper_method, temperature, col, metric, value. A blank
+    temperature (the text does not say) is matched to T=0, the paper's main setting."""
+    p = paper_values(table).rename(columns={"method": "paper_method"})
+    p["temperature"] = p["temperature"].fillna(0.0)
+    p["col"] = col(p) if col is not None else ""
+    return p
+
+
+def _dataset_col(p: pd.DataFrame) -> pd.Series:
+    return p["dataset"].map(lambda d: "Avg" if d == "avg" else DATASETS.get(d, d))
+
+
+def _b(values: pd.Series) -> pd.Series:
+    return "B=" + values.fillna(0).astype(int).astype(str)
+
+
+BENCHMARKS = [*DATASETS.values(), "Avg"]
+ROW_KEYS = ["model", "temperature", "label"]
+PAPER_KEYS = ["model", "temperature", "paper_method"]
+
+
+# -- the tables ------------------------------------------------------------------------------------------------
+
+
+def cells01(frame, defaults=None) -> pd.DataFrame:
+    df = prepare(frame, defaults)
+    df = _at(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])])
+    return _newest(df, ["model", "temperature", "role", "drafter", "dataset"])
+
+
+def table01_main(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 1: speedup / α / E per model × T × method (baseline, EcoSpec) × benchmark, and their average."""
+    cells = cells01(frame, defaults)
+    return _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, _paper(1, _dataset_col), PAPER_KEYS)
+
+
+def _greedy(frame, defaults=None) -> pd.DataFrame:
+    """AR, baseline and EcoSpec cells at T=0 (Tables 2-3)."""
+    df = prepare(frame, defaults)
+    df = _at(df[df["standard"] & df["role"].isin(["ar", "baseline", "ecospec"])], temperature=0.0)
+    return _newest(df, ["model", "role", "drafter", "dataset"])
+
+
+cells02 = cells03 = _greedy
+
+
+def table02_hbm(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 2: estimated HBM bytes per verify pass (GB) and E, T=0, mean over the benchmarks present."""
+    return _assemble(_greedy(frame, defaults), ["model", "label"], ["E", "hbm_gb"], paper=_paper(2),
+                     on=["model", "paper_method"])  # fmt: skip
+
+
+def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 3: per-step latency breakdown, α and speedup, T=0, mean over the benchmarks present."""
+    metrics = ["E", "t_pred_s", "t_draft_s", "t_verify_s", "t_step_s", "alpha", "speedup"]
+    return _assemble(_greedy(frame, defaults), ["model", "label"], metrics, paper=_paper(3),
+                     on=["model", "paper_method"])  # fmt: skip
+
+
+def _paired(frame, defaults, role: str) -> pd.DataFrame:
+    """Standard cells of `role`, and EcoSpec's at each (model, T, benchmark) that has a `role` cell."""
+    df = prepare(frame, defaults)
+    df = _at(df[df["standard"] & df["role"].isin([role, "ecospec"])])
+    df = _newest(df, ["model", "temperature", "role", "drafter", "dataset"])
+    have = df.loc[df["role"] == role, ["model", "temperature", "dataset"]].drop_duplicates()
+    keep = pd.MultiIndex.from_frame(df[["model", "temperature", "dataset"]]).isin(pd.MultiIndex.from_frame(have))
+    return df[keep]
+
+
+def cells04(frame, defaults=None) -> pd.DataFrame:
+    return _paired(frame, defaults, "global_cost")
+
+
+def table04_ablation(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 4: the static global-cost variant vs EcoSpec's marginal cost: speedup / α / E per benchmark."""
+    cells = cells04(frame, defaults)
+    return _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, _paper(4, _dataset_col), PAPER_KEYS)
+
+
+def cells05(frame, defaults=None) -> pd.DataFrame:
+    df = prepare(frame, defaults)
+    df = _at(df[~df["std_drafter"] & df["std_predictor"] & df["role"].isin(["baseline", "ecospec"])])
+    return _newest(df, ["model", "temperature", "drafter", "drafter_path", "role", "dataset"])
+
+
+def table05_drafters(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 5: each other drafter checkpoint (e.g. GTO-trained) alone and with EcoSpec: speedup / α."""
+    cells = cells05(frame, defaults).copy()
+    drafter = cells["drafter"].map(lambda k: DRAFTERS.get(k, k))
+    cells["label"] = cells["label"].where(cells["role"] == "baseline", drafter + " + " + cells["label"])
+    rows = ["model", "temperature", "drafter_path", "label"]
+    return _assemble(cells, rows, ["speedup", "alpha"], "Dataset", BENCHMARKS, True)
+
+
+def _swept(frame, defaults, axis: str) -> pd.DataFrame:
+    """Standard baseline and EcoSpec cells with `axis` free, of the (model, T) that have more than one value of it."""
+    df = prepare(frame, defaults)
+    df = _at(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])], **{axis: None})
+    df = _newest(df, ["model", "temperature", "role", "drafter", "dataset", axis])
+    return df[df.groupby(["model", "temperature"])[axis].transform("nunique") > 1]
+
+
+def cells06(frame, defaults=None) -> pd.DataFrame:
+    return _swept(frame, defaults, "batch_size")
+
+
+def table06_07_batch(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Tables 6-7: speedup / E by batch size B, each the mean over the benchmarks present."""
+    cells = cells06(frame, defaults).sort_values("batch_size", kind="stable").copy()
+    cells = cells.sort_values(["_model_rank", "model", "temperature", "_role_rank", "label"], kind="stable")
+    cells["B"] = _b(cells["batch_size"])
+    paper = pd.concat([_paper(6), _paper(7)], ignore_index=True)
+    paper = paper[paper["dataset"] == "avg"].assign(col=lambda p: _b(p["batch_size"]))
+    groups = sorted(set(cells["B"]) | set(paper["col"]), key=lambda b: int(b[2:]))
+    return _assemble(cells, ROW_KEYS, ["speedup", "E"], "B", groups, False, paper, PAPER_KEYS)
+
+
+def cells08(frame, defaults=None) -> pd.DataFrame:
+    df = prepare(frame, defaults)
+    df = _at(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])], batch_size=None)
+    return _newest(df, ["model", "temperature", "role", "drafter", "dataset", "batch_size"])
+
+
+def table08_rho(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 8: ρ = T_AR / T_verify (mean AR step time over mean verify time, over the benchmarks present) and
+    speedup by batch size B, and ρ at the row's largest B."""
+    cells = cells08(frame, defaults)
+    keys = [*ROW_KEYS, "paper_method"]
+    agg = (
+        cells.groupby([*keys, "batch_size"], sort=False)
+        .agg(ar=("ar_t_step_s", "mean"), verify=("t_verify_s", "mean"), speedup=("speedup", "mean"))
+        .reset_index()
+        .sort_values("batch_size", kind="stable")
+    )
+    agg["rho"] = agg["ar"] / agg["verify"]
+    agg["B"] = _b(agg["batch_size"])
+    if agg["batch_size"].nunique() > 1:
+        agg = pd.concat([agg, agg.drop_duplicates(keys, keep="last").assign(B="Largest B", speedup=np.nan)])
+    agg = cells.drop_duplicates(ROW_KEYS)[ROW_KEYS].merge(agg, on=ROW_KEYS)
+    paper = _paper(8)
+    paper["col"] = _b(paper["batch_size"]).where(paper["setting"] != "largest_bs", "Largest B")
+    groups = sorted(set(agg["B"]) - {"Largest B"}, key=lambda b: int(b[2:])) + ["Largest B"]
+    table = _assemble(agg, ROW_KEYS, ["rho", "speedup"], "B", groups, False, paper, PAPER_KEYS)
+    return table.drop(columns=["Largest B speedup"], errors="ignore")
+
+
+def cells09(frame, defaults=None) -> pd.DataFrame:
+    df = prepare(frame, defaults)
+    df = _at(df[df["std_drafter"] & (df["role"] == "ecospec")])
+    df = _newest(df, ["model", "temperature", "predictor_checkpoint", "dataset"])
+    return df[df.groupby("model")["predictor_checkpoint"].transform("nunique") > 1]
+
+
+def table09_predictor(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 9: EcoSpec with each predictor checkpoint, in order of its top-k accuracy: speedup / α / E."""
+    cells = cells09(frame, defaults).copy()
+    cells["accuracy"] = cells.groupby(["model", "predictor_checkpoint"])["predictor_accuracy"].transform("mean")
+    cells = cells.sort_values(["_model_rank", "model", "temperature", "accuracy", "predictor_checkpoint"],
+                              kind="stable", na_position="last")  # fmt: skip
+    paper = _paper(9, _dataset_col).assign(predictor_checkpoint=lambda p: p["setting"])
+    rows = ["model", "temperature", "predictor_checkpoint"]
+    return _assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, paper, rows, first=["accuracy"])
+
+
+def cells10(frame, defaults=None) -> pd.DataFrame:
+    return _paired(frame, defaults, "oracle")
+
+
+def table10_oracle(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Table 10: EcoSpec's rule with oracle expert sets vs the learned predictor: α / T_verify / E."""
+    cells = cells10(frame, defaults)
+    metrics = ["alpha", "t_verify_s", "E"]
+    return _assemble(cells, ROW_KEYS, metrics, "Dataset", BENCHMARKS, False, _paper(10, _dataset_col), PAPER_KEYS)
+
+
+def cells11(frame, defaults=None) -> pd.DataFrame:
+    return _swept(frame, defaults, "gamma")
+
+
+def table11_12_gamma(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
+    """Tables 11-12: speedup / α / E per verification budget γ and benchmark, and their average."""
+    cells = cells11(frame, defaults).sort_values(
+        ["_model_rank", "model", "temperature", "_role_rank", "label", "gamma"], kind="stable"
+    )
+    paper = pd.concat([_paper(11, _dataset_col), _paper(12, _dataset_col)], ignore_index=True)
+    rows = [*ROW_KEYS, "gamma"]
+    return _assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, paper, [*PAPER_KEYS, "gamma"])
+
+
+def cells13(frame, defaults=None) -> pd.DataFrame:
+    """The newest ok record of each model (where its config, hence the architecture, was read)."""
+    ok = frame[frame["status"] == "ok"]
+    return ok.sort_values("finished", kind="stable").drop_duplicates("model", keep="last")
+
+
+def table13_models(costs: Mapping[str, ModelCost]) -> pd.DataFrame:
+    """Table 13: architecture of each model, counted exactly from its HF config (`analysis.cost.model_cost`)."""
+    cells = pd.DataFrame(
+        [
+            {
+                "model": name,
+                "layers": c.num_layers,
+                "moe_layers": c.moe_layers,
+                "num_experts": c.num_experts,
+                "top_k": c.top_k,
+                "expert_params_m": c.expert_params / 1e6,
+                "total_params_b": c.total_params / 1e9,
+                "active_params_b": c.active_params / 1e9,
+                "storage": f"experts {c.storage['experts']}, dense {c.storage['dense']}",
+            }
+            for name, c in costs.items()
+        ],
+        columns=["model", "layers", "moe_layers", "num_experts", "top_k", "expert_params_m", "total_params_b",
+                 "active_params_b", "storage"],
+    )  # fmt: skip
+    cells = cells.sort_values("model").sort_values("model", key=lambda s: _rank(s, MODELS), kind="stable")
+    metrics = ["layers", "moe_layers", "num_experts", "top_k", "expert_params_m", "total_params_b", "active_params_b"]
+    table = _assemble(cells, ["model"], metrics, paper=_paper(13), on=["model"])
+    table["storage"] = table["Model"].map(dict(zip(cells["model"].map(model_label), cells["storage"], strict=True)))
+    table.loc[table["Source"] != "ours", "storage"] = None
+    return table
+
+
+# -- modeled GPU numbers -----------------------------------------------------------------------------------------
+
+
+def cells_modeled(frame, defaults=None) -> pd.DataFrame:
+    df = prepare(frame, defaults)
+    return _newest(_at(df[df["standard"]]), ["model", "temperature", "role", "drafter", "dataset"])
+
+
+def fit_overheads(frame: pd.DataFrame, costs: Mapping[str, ModelCost]) -> dict[tuple[str, str], tuple[float, int]]:
+    """(model, GPU profile) -> (fixed per-pass overhead in s, records it was fitted on), from the ok B=1 records
+    measured on that GPU (`analysis.cost.fit_overhead`). The fit is a mean of t_verify − bytes / bandwidth, linear
+    in t_verify and E, so it is taken once over each group's mean record, with the model's cost already counted."""
+    ok = frame[
+        (frame["status"] == "ok") & (frame["batch_size"] == 1) & frame["t_verify_s"].notna() & frame["E"].notna()
+    ]
+    out = {}
+    for hw in HARDWARE.values():
+        on_hw = ok[ok["hardware"].fillna("").map(hw.matches).to_numpy(dtype=bool)]
+        for model, g in on_hw.groupby("model"):
+            if model in costs:
+                mean = {
+                    "status": "ok",
+                    "summary": {"t_verify_s": g["t_verify_s"].mean(), "experts_per_layer": g["E"].mean()},
+                    "config": {"model": costs[model]},  # verify_hbm_bytes takes a ModelCost as well as a config
+                    "env": {"hardware": g["hardware"].iloc[0]},
+                }
+                out[(model, hw.name)] = (fit_overhead([mean], hw), len(g))
+    return out
+
+
+def modeled(
+    frame: pd.DataFrame,
+    costs: Mapping[str, ModelCost],
+    overheads: Mapping[tuple[str, str], tuple[float, int]] = None,
+    defaults=None,
+) -> pd.DataFrame:
+    """Per model × T × method: measured α and E (mean over the benchmarks present) and the roofline-modeled
+    T_verify, T_step (ms) and speedup vs AR on each GPU profile (`analysis.cost.modeled_step`; drafting not
+    modeled, per-pass overhead fitted from that GPU's records or 0)."""
+    cells = cells_modeled(frame, defaults)
+    cells = cells[cells["model"].isin(list(costs)) & cells["alpha"].gt(0) & cells["E"].notna()]
+    agg = cells.groupby(ROW_KEYS, sort=False)[["alpha", "E"]].mean().reset_index()
+    for hw in HARDWARE:
+        res = [
+            modeled_step(costs[m], a, e, hw, overhead_s=(overheads or {}).get((m, hw), (None, 0))[0] or 0.0)
+            for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
+        ]
+        agg[f"{hw} t_verify_ms"] = [r["t_verify_s"] * 1e3 for r in res]
+        agg[f"{hw} t_step_ms"] = [r["t_step_s"] * 1e3 for r in res]
+        agg[f"{hw} speedup"] = [r["speedup"] for r in res]
+    agg["model"] = agg["model"].map(model_label)
+    return agg.rename(columns=LABELS)
+
+
+# -- the list of tables ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    """A built table: its frame, how to print it and the records it came from."""
+
+    name: str  # file stem
+    label: str  # "Table 1"
+    title: str
+    note: str
+    frame: pd.DataFrame
+    combine: bool  # print each group's metrics in one cell, "a / b / c"
+    used: pd.DataFrame  # the records behind the cells
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    label: str
+    title: str
+    note: str
+    cells: Callable
+    build: Callable
+    combine: bool = False
+    timed: bool = True  # shows wall-clock times or speedups (CPU caveat)
+
+
+SPECS = [
+    Spec("table01_main", "Table 1", "Main results: speedup / α / E per model, benchmark and temperature",
+         "Each cell: speedup vs AR / α (tokens per step) / E (unique experts per MoE layer per verify pass); Avg = "
+         "mean over the benchmarks present in the row; baseline = the model's own drafter with confidence selection.",
+         cells01, table01_main, combine=True),
+    Spec("table02_hbm", "Table 2", "Estimated HBM bytes read per verify pass",
+         "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, `analysis.cost.verify_hbm_bytes`), "
+         "T=0, mean over the benchmarks present. GPT-OSS: the paper counts every weight at 4 bits, we count the "
+         "checkpoint's formats (bf16 attention and lm_head; see analysis/cost.py).", cells02, table02_hbm,
+         timed=False),
+    Spec("table03_latency", "Table 3", "Latency breakdown per SD step",
+         "Seconds per step (AR: per token) of predictor, drafting, verification and the whole step, E, α and "
+         "speedup vs AR; T=0, mean over the benchmarks present.", cells03, table03_latency),
+    Spec("table04_ablation", "Table 4", "Ablation: static global cost vs EcoSpec's marginal cost",
+         "Each cell: speedup / α / E, on the benchmarks that have a global-cost record.", cells04, table04_ablation,
+         combine=True),
+    Spec("table05_drafters", "Table 5", "Other drafter checkpoints alone and with EcoSpec",
+         "Each cell: speedup / α; drafter checkpoints other than the model's standard one (e.g. GTO-trained).",
+         cells05, table05_drafters, combine=True),
+    Spec("table06_07_batch", "Tables 6-7", "Batch-size scaling",
+         "Each cell: speedup vs AR at the same B / E, mean over the benchmarks present; models with more than one B.",
+         cells06, table06_07_batch, combine=True),
+    Spec("table08_rho", "Table 8", "Verification cost by batch size: ρ = T_AR / T_verify",
+         "Each cell: ρ (mean AR step time / mean verify time, over the benchmarks present) / speedup; Largest B: "
+         "ρ at the row's largest batch size.", cells08, table08_rho, combine=True),
+    Spec("table09_predictor", "Table 9", "EcoSpec by predictor checkpoint (ordered by accuracy)",
+         "Top-k routing accuracy of the checkpoint, then per benchmark: speedup / α / E; models with more than one "
+         "checkpoint.", cells09, table09_predictor, combine=True),
+    Spec("table10_oracle", "Table 10", "Oracle expert sets vs the learned predictor",
+         "Each cell: α / T_verify (s) / E under EcoSpec's selection rule; the oracle's router look-ups are not "
+         "timed.", cells10, table10_oracle, combine=True),
+    Spec("table11_12_gamma", "Tables 11-12", "Verification budget γ",
+         "Each cell: speedup / α / E; Avg = mean over the benchmarks present; models with more than one γ.",
+         cells11, table11_12_gamma, combine=True),
+]  # fmt: skip
+
+
+def sweeps(used: pd.DataFrame) -> str:
+    """`table1 (84), tiny_repro (28)`: the experiments a set of records came from, with counts."""
+    counts = used["experiment"].fillna("?").value_counts(sort=False).sort_index()
+    return ", ".join(f"{name} ({n})" for name, n in counts.items()) or "none"
+
+
+def _clock(used: pd.DataFrame) -> str:
+    """What the timings ran on, with a caveat for the models timed on a CPU."""
+    cpu = used["device"].fillna("").str.startswith("cpu").to_numpy()
+    names = lambda rows, col: ", ".join(sorted(map(str, rows[col].dropna().unique())))  # noqa: E731
+    out = ""
+    if cpu.any():
+        models = names(used[cpu].assign(m=used.loc[cpu, "model"].map(model_label)), "m")
+        out += (
+            f" Times and speedups of {models} are CPU wall clock ({names(used[cpu], 'hardware')}), not GPU numbers "
+            "(modeled GPU numbers: modeled.md)."
+        )
+    if (~cpu).any() and names(used[~cpu], "hardware"):
+        out += f" {'Others m' if cpu.any() else 'M'}easured on {names(used[~cpu], 'hardware')}."
+    return out
+
+
+def _note(spec_note: str, label: str, used: pd.DataFrame, out: pd.DataFrame, timed: bool, paper: str = "") -> str:
+    note = f"{spec_note} From {len(used)} records (sweeps: {sweeps(used)})."
+    if "Source" in out and (out["Source"] == "paper").any():
+        note += paper or (
+            f" paper rows: the EcoSpec paper's {label}, only the cells its text states (— elsewhere; "
+            "src/ecospec/report/paper/README.md)."
+        )
+    return note + (_clock(used) if timed else "")
+
+
+def build_tables(
+    frame: pd.DataFrame,
+    defaults: Mapping[str, dict] | None = None,
+    costs: Mapping[str, ModelCost] | None = None,
+    overheads: Mapping[tuple[str, str], tuple[float, int]] | None = None,
+) -> tuple[list[Table], list[str]]:
+    """Every table that has cells in `frame`, and the labels of those that have none."""
+    df = prepare(frame, defaults)
+    tables, missing = [], []
+    for s in SPECS:
+        used = s.cells(df, defaults)
+        out = s.build(df, defaults) if len(used) else None
+        if out is None or out.empty:
+            missing.append(s.label)
+            continue
+        paper = " paper rows: the EcoSpec paper's Table 3 (complete)." if s.name == "table03_latency" else ""
+        tables.append(Table(s.name, s.label, s.title, _note(s.note, s.label, used, out, s.timed, paper), out,
+                            s.combine, used))  # fmt: skip
+    costs = dict(costs or {})
+    if costs:
+        used = cells13(frame)
+        used = used[used["model"].isin(list(costs))]
+        out = table13_models(costs)
+        note = (
+            "Counted exactly from each model's HF config (`analysis.cost.model_cost`); active = the dense part (both "
+            "embedding tables) + top-k routed experts per MoE layer, so above the releases' own convention."
+        )
+        note = _note(note, "Table 13", used, out, timed=False)
+        tables.append(Table("table13_models", "Table 13", "Model architectures", note, out, False, used))
+    else:
+        missing.append("Table 13")
+    out = modeled(df, costs, overheads, defaults) if costs else None
+    if out is not None and len(out):
+        used = cells_modeled(df, defaults)
+        used = used[used["model"].isin(list(costs))]
+        title = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
+        tables.append(Table("modeled", "Modeled", title,
+                            _modeled_note(used, overheads or {}), out, True, used))  # fmt: skip
+    else:
+        missing.append("Modeled")
+    return tables, missing
+
+
+def _modeled_note(used: pd.DataFrame, overheads: Mapping[tuple[str, str], tuple[float, int]]) -> str:
+    parts = []
+    for hw in HARDWARE.values():
+        fitted = {m: v for (m, h), v in overheads.items() if h == hw.name and v[0] is not None}
+        if fitted:
+            each = ", ".join(f"{model_label(m)} {o * 1e3:.2f} ms ({n} records)" for m, (o, n) in fitted.items())
+            parts.append(f"{hw.name}: fitted from records measured on it: {each}")
+        else:
+            parts.append(f"{hw.name}: none (no records measured on it)")
+    return (
+        "*Modeled*, not measured: α and E are the records' (mean over the benchmarks present; γ=4, B=1), each cell "
+        "is T_verify (ms) / T_step (ms) / speedup vs AR from the roofline model (`analysis.cost.modeled_step`: "
+        "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; drafting, prediction and selection "
+        f"not modeled, so T_step = T_verify). Per-pass overhead: {'; '.join(parts)}. From {len(used)} records "
+        f"(sweeps: {sweeps(used)})."
+    )

@@ -1,0 +1,220 @@
+"""Write a built table as Markdown (GitHub), LaTeX (booktabs) and CSV, and the index `README.md`.
+
+Numbers are formatted by the metric a column ends with ("GSM8K speedup" -> 1.22×); a missing cell prints "—".
+The CSV keeps the numbers unformatted (empty = missing) and every row label, so it reads back as the table.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from ecospec.report.tables import LABEL_COLUMNS, Table, sweeps
+
+MISSING = "—"
+
+
+def _g(digits: int):
+    return lambda v: f"{v:.{digits}g}"
+
+
+def _one_decimal(v: float) -> str:
+    """As the paper prints E and GB (23.7); small values (tiny models) keep three significant digits."""
+    return f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}"
+
+
+FORMATS = {
+    "speedup": lambda v: f"{v:.2f}×",
+    "alpha": lambda v: f"{v:.2f}",
+    "rho": lambda v: f"{v:.2f}",
+    "accuracy": lambda v: f"{v:.0%}",
+    "E": _one_decimal,
+    "hbm_gb": _one_decimal,
+    "expert_params_m": _g(4),
+    "total_params_b": _g(4),
+    "active_params_b": _g(4),
+}
+HEADERS = {
+    "speedup": "Spd",
+    "alpha": "α",
+    "E": "E",
+    "rho": "ρ",
+    "hbm_gb": "HBM / verify (GB)",
+    "t_pred_s": "T_pred (s)",
+    "t_draft_s": "T_draft (s)",
+    "t_verify_s": "T_verify (s)",
+    "t_step_s": "T_total (s)",
+    "t_verify_ms": "T_verify (ms)",
+    "t_step_ms": "T_step (ms)",
+    "accuracy": "Accuracy",
+    "layers": "Layers",
+    "moe_layers": "MoE layers",
+    "num_experts": "Experts (N)",
+    "top_k": "Top-k",
+    "expert_params_m": "Expert params (M)",
+    "total_params_b": "Total params (B)",
+    "active_params_b": "Active params (B)",
+    "storage": "Storage",
+}
+LATEX = {"`": "", "α": r"$\alpha$", "γ": r"$\gamma$", "ρ": r"$\rho$", "×": r"$\times$", "—": "---", "≥": r"$\geq$"}
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+
+
+def _metric(column: str) -> str:
+    return column.rsplit(" ", 1)[-1]
+
+
+def _fmt(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if not isinstance(value, numbers.Real):
+        return str(value)
+    metric = _metric(column)
+    if metric in FORMATS:
+        return FORMATS[metric](value)
+    if metric.endswith("_s") or metric.endswith("_ms"):
+        return f"{value:.3g}"
+    return str(value) if isinstance(value, numbers.Integral) else f"{value:g}"
+
+
+def _label(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def display(table: Table) -> pd.DataFrame:
+    """The table as printed: formatted text, "—" for a missing value, each group's metrics joined into one cell
+    ("a / b / c") when the table combines them, and a row label left blank where it repeats the row above."""
+    df = table.frame
+    labels = [c for c in df.columns if c in LABEL_COLUMNS]
+    values = [c for c in df.columns if c not in labels]
+    out = {c: [_label(v) for v in df[c]] for c in labels}
+    keep = [c for c in labels if c != "Source"]
+    same = [[i > 0 and out[c][i] == out[c][i - 1] for i in range(len(df))] for c in keep]
+    for j, c in enumerate(keep):  # blank a label that repeats the row above, along with every label left of it
+        for i in range(len(df)):
+            if all(same[k][i] for k in range(j + 1)):
+                out[c][i] = ""
+    if table.combine:
+        groups: dict[str, list[str]] = {}
+        for c in values:
+            groups.setdefault(c.rsplit(" ", 1)[0] if " " in c else c, []).append(c)
+        for head, cols in groups.items():
+            name = head if " " in cols[0] else HEADERS.get(head, head)
+            out[name] = [" / ".join(_fmt(c, df[c].iloc[i]) for c in cols) for i in range(len(df))]
+    else:
+        for c in values:
+            head = (c.rsplit(" ", 1)[0] + " " + HEADERS.get(_metric(c), _metric(c))) if " " in c else HEADERS.get(c, c)
+            out[head] = [_fmt(c, v) for v in df[c]]
+    return pd.DataFrame(out)
+
+
+def to_markdown(table: Table) -> str:
+    body = display(table).to_markdown(index=False, disable_numparse=True)
+    return f"### {table.label}. {table.title}\n\n{table.note}\n\n{body}\n"
+
+
+def _latex_text(text: str) -> str:
+    text = "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    for k, v in LATEX.items():
+        text = text.replace(k, v)
+    return text
+
+
+def to_latex(table: Table) -> str:
+    shown = display(table)
+    shown = shown.map(_latex_text).rename(columns=_latex_text)
+    body = shown.style.hide(axis="index").to_latex(
+        hrules=True,  # \toprule, \midrule, \bottomrule: booktabs
+        caption=_latex_text(f"{table.title}. {table.note}"),
+        label=f"tab:{table.name}",
+        position="t",
+        position_float="centering",
+        column_format="l" * len(shown.columns),
+    )
+    return f"% {table.label}, written by `python -m ecospec.report`; needs \\usepackage{{booktabs}}\n{body}"
+
+
+def write_table(table: Table, out_dir: Path) -> list[Path]:
+    """`<name>.md`, `<name>.tex`, `<name>.csv` under out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{table.name}.{ext}" for ext in ("md", "tex", "csv")]
+    paths[0].write_text(to_markdown(table), encoding="utf-8")
+    paths[1].write_text(to_latex(table), encoding="utf-8")
+    table.frame.to_csv(paths[2], index=False)
+    return paths
+
+
+def _time(ts) -> str:
+    return "—" if ts is None or pd.isna(ts) else pd.Timestamp(ts).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _experiments(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} ({v})" for k, v in value.items()) or "none"
+    if isinstance(value, str):
+        return value
+    return ", ".join(map(str, value or [])) or "none"
+
+
+def write_index(
+    out_dir: Path,
+    tables: list[Table],
+    figures: Iterable,
+    missing: list[str],
+    frame: pd.DataFrame,
+    sources: list[str],
+    skipped: list[str],
+    since=None,
+    started: datetime | None = None,
+) -> Path:
+    """`README.md`: every table and figure file with the sweeps (experiments) and record counts it came from and
+    its newest record, then what was read and when."""
+    built = datetime.now(UTC)
+    lines = ["# Reports", ""]
+    ok = int((frame["status"] == "ok").sum())
+    lines.append(
+        f"Built {built.strftime('%Y-%m-%d %H:%M:%S UTC')} by `python -m ecospec.report` from "
+        f"{', '.join(f'`{s}`' for s in sources)}" + (f" (records finished since {since})" if since else "") + ": "
+        f"{len(frame)} records, {ok} ok and {len(frame) - ok} failed (failed cells are in no table); "
+        f"{len(skipped)} unreadable or partial files skipped; newest record {_time(frame['finished'].max())}."
+        + (f" Took {(built - started).total_seconds():.1f} s." if started else "")
+    )
+    lines += ["", "## Tables", "", "| table | files | sweeps (records) | newest record |", "| --- | --- | --- | --- |"]
+    for t in tables:
+        files = " ".join(f"[{ext}]({t.name}.{ext})" for ext in ("md", "tex", "csv"))
+        newest = _time(t.used["finished"].max()) if len(t.used) else "—"
+        lines.append(f"| {t.label}. {t.title} | {files} | {sweeps(t.used)} | {newest} |")
+    if missing:
+        lines += ["", f"No cells in the records yet: {', '.join(missing)}."]
+    figures = list(figures)
+    lines += ["", "## Figures", ""]
+    if figures:
+        lines += ["| figure | files | sweeps | records |", "| --- | --- | --- | --- |"]
+        for f in figures:
+            files = " ".join(
+                f"[{Path(p).suffix.lstrip('.') or Path(p).name}]({_relative(p, out_dir)})" for p in f.files
+            )
+            lines.append(f"| {f.caption} | {files} | {_experiments(f.experiments)} | {f.n_records} |")
+    else:
+        lines.append("None.")
+    if skipped:
+        lines += ["", "## Skipped files", "", *[f"- `{p}`" for p in skipped]]
+    path = out_dir / "README.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _relative(path, out_dir: Path) -> str:
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(out_dir.resolve()).as_posix()
+    except ValueError:
+        return p.as_posix()
