@@ -13,7 +13,8 @@ from ecospec.experiment.records import FAILED, RESULT, read_record
 
 
 def _fmt(x, spec: str) -> str:
-    return "—" if x is None else format(x, spec)
+    """`spec` applied to a number; a missing value as "—" right-aligned to the same width."""
+    return format(x, spec) if x is not None else "—".rjust(int(spec.split(".")[0]))
 
 
 def sweep_table(sweep_dir: Path) -> tuple[str, int]:
@@ -32,9 +33,10 @@ def sweep_table(sweep_dir: Path) -> tuple[str, int]:
             failed += 1
         failed += status == "failed"
         s = rec.get("summary") or {}
+        x = "x" if s.get("speedup") is not None else " "
         lines.append(
             f"{rec['cell']:<64} {status:<7} {_fmt(s.get('alpha'), '6.2f')} "
-            f"{_fmt(s.get('experts_per_layer'), '7.2f')} {_fmt(s.get('speedup'), '7.2f')}x"
+            f"{_fmt(s.get('experts_per_layer'), '7.2f')} {_fmt(s.get('speedup'), '7.2f')}{x}"
         )
     lines.append(
         f"{len(lines) - 1} cells in {sweep_dir}; {failed} failed"
