@@ -206,6 +206,14 @@ def target_efficiency(c_expert: float, c_dense: float, k: float, unique: float) 
     return (c_dense + k * c_expert) / (c_dense + unique * c_expert)
 
 
+def target_efficiency_shares(moe_share: float, moe_scale: float, dense_scale: float = 1.0) -> float:
+    """1 / ((1 − moe_share) · dense_scale + moe_share · moe_scale): TE when MoE layers take `moe_share` of a
+    one-token pass's cost and a verify pass scales the MoE part by `moe_scale` and the rest by `dense_scale` (the
+    overlap paper's Table 11 corrections). With the weight shares, k·c_expert / (c_dense + k·c_expert), and
+    moe_scale = unique / k it is `target_efficiency`."""
+    return 1.0 / ((1.0 - moe_share) * dense_scale + moe_share * moe_scale)
+
+
 def _hardware(hardware: str | Hardware) -> Hardware:
     if isinstance(hardware, Hardware):
         return hardware

@@ -38,5 +38,10 @@ def compare_groups(a, b) -> GroupComparison:
     pooled_var = ((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2)
     d = delta / np.sqrt(pooled_var) if pooled_var > 0 else float("nan")
     p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    size = next(label for bound, label in _SIZES if abs(d) < bound) if np.isfinite(d) else "undefined"
-    return GroupComparison(delta, float(d), p, size, int(a.size), int(b.size))
+    return GroupComparison(delta, float(d), p, size_label(d), int(a.size), int(b.size))
+
+
+def size_label(d: float) -> str:
+    """Cohen's label of an effect size d: negligible (|d| < 0.2), small, medium, large (|d| >= 0.8); "undefined"
+    for nan."""
+    return next(label for bound, label in _SIZES if abs(d) < bound) if np.isfinite(d) else "undefined"

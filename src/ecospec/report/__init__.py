@@ -1,5 +1,6 @@
 """Tables and figures from result records (`make tables`): the EcoSpec paper's Tables 1-13 with the paper's
-values beside ours, modeled GPU numbers, the figures, and an index `README.md` of what came from which sweeps.
+values beside ours, modeled GPU numbers, the overlap paper's routing, acceptance and target-efficiency tables
+(`routing.py`), the figures, and an index `README.md` of what came from which sweeps.
 
 `report/` reads result files only, never models (DESIGN.md "Data flows one way").
 """
@@ -13,10 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecospec.report.records import conf_defaults, load_records, model_costs
+from ecospec.report.routing import TABLE_NAMES, build_routing
 from ecospec.report.tables import SPECS, build_tables, fit_overheads
 from ecospec.report.write import write_index, write_table
 
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled"]  # files a build rewrites or removes
+MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", *TABLE_NAMES]  # files a build rewrites or removes
 
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
@@ -79,16 +81,20 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     recs = load_records(sources, since)
     figures_job = _start_figures(recs.frame, out / "figures")
     costs = model_costs(recs.model_configs)
-    tables, missing = build_tables(
-        recs.frame, conf_defaults(recs.model_configs), costs, fit_overheads(recs.frame, costs)
+    defaults = conf_defaults(recs.model_configs)
+    tables, missing = build_tables(recs.frame, defaults, costs, fit_overheads(recs.frame, costs))
+    routing_tables, routing_missing, routing_figures = build_routing(
+        recs.frame, recs.model_configs, costs, out / "figures", defaults
     )
+    tables += routing_tables
+    missing += routing_missing
     written = [p for t in tables for p in write_table(t, out)]
     built = {t.name for t in tables}
     for name in MANAGED:
         if name not in built:
             for ext in ("md", "tex", "csv"):
                 (out / f"{name}.{ext}").unlink(missing_ok=True)
-    figures = figures_job()
+    figures = figures_job() + routing_figures
     written += [Path(p) for f in figures for p in f.files]
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

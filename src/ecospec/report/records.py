@@ -7,7 +7,8 @@ max_new_tokens, num_prompts, seed), selector, drafter (the kind used: `default` 
 drafter_path, predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha,
 E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens,
 steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify,
-predictor_accuracy, top_k, num_experts, num_moe_layers) and expert_load ([MoE layers, N] int64 array or None).
+predictor_accuracy, top_k, num_experts, num_moe_layers), expert_load ([MoE layers, N] int64 array or None) and
+trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SUMMARY = (
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
     "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware", "device", "alpha", "E",
-    *SUMMARY[1:], "expert_load",
+    *SUMMARY[1:], "expert_load", "trace",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
 # more spaces, and JSON strings hold no raw newline, so these match nowhere else)
@@ -161,6 +162,7 @@ def _row(rec: dict, path: Path) -> dict:
         "E": s.get("experts_per_layer"),
         **{k: s.get(k) for k in SUMMARY},
         "expert_load": rec.get("expert_load") if ok else None,
+        "trace": (rec.get("trace") or None) if ok else None,
     }
     if isinstance(row["expert_load"], list):  # a record given as a dict rather than read from a file
         row["expert_load"] = np.asarray(row["expert_load"], dtype=np.int64) if row["expert_load"] else None

@@ -5,11 +5,13 @@ The grid: each paper model (qwen3, gptoss, deepseek) and the tiny model, with th
 the sweeps of the paper's tables: Table 1 (AR, baseline, EcoSpec x 7 benchmarks x T 0/1), 4 (global cost), 9
 (predictor checkpoints acc50/acc60/final), 10 (oracle), 11-12 (γ 3-6), batch sizes 1/2/4/8 (the engine runs
 only 1; synthetic only), and another drafter checkpoint (GTO) with and without EcoSpec. Past the grid, reruns
-follow (new seeds, later sweeps, later times), and about 2 % of the records are failed cells.
+follow (new seeds, later sweeps, later times), and about 2 % of the records are failed cells. The tiny model's
+SD cells of the first Table 1 round carry small verify-pass traces (`record["trace"]`, for the routing tables).
 """
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
@@ -193,6 +195,51 @@ def _load(summary: dict, rng: np.random.Generator) -> list[list[int]]:
     return (weights / weights.sum(axis=1, keepdims=True) * total).astype(np.int64).tolist()
 
 
+TRACE_STEPS = 12  # verify passes per prompt in a traced synthetic record (2 prompts)
+TREE = {"parents": [-1, 0, 0, 1], "depths": [0, 1, 1, 2]}  # γ = 4: the root, two children, a grandchild
+
+
+def _next_routes(prev: np.ndarray, weights: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
+    """A token's expert sets [layers, k] after `prev`'s: each expert kept with probability `keep` (temporal
+    overlap), the others drawn by the layer's expert weights (skewed loads)."""
+    out = np.empty_like(prev)
+    for layer, (experts, w) in enumerate(zip(prev, weights, strict=True)):
+        kept = experts[rng.random(len(experts)) < keep]
+        w = w.copy()
+        w[kept] = 0.0
+        out[layer, : len(kept)] = kept
+        out[layer, len(kept) :] = rng.choice(len(w), len(experts) - len(kept), replace=False, p=w / w.sum())
+    return out
+
+
+def _trace(cfg: dict, cost, rng: np.random.Generator) -> list[dict]:
+    """Verify-pass traces as run_cell stores them: per prompt, TRACE_STEPS passes over a committed sequence with
+    temporal overlap (the same sequence for every greedy method, as in greedy SD); accepted paths drawn at random,
+    rejected drafts routed after their parent."""
+    dataset, layers, k, n = cfg["dataset"]["name"], cost.moe_layers, cost.top_k, cost.num_experts
+    out = []
+    for p in range(2):
+        seq_seed = [p, zlib.crc32(dataset.encode())] + ([] if cfg["temperature"] == 0 else [int(rng.integers(1 << 30))])
+        seq_rng = np.random.default_rng(seq_seed)
+        weights = seq_rng.gamma(0.8, 1.0, (layers, n))
+        seq = [np.stack([seq_rng.choice(n, k, replace=False) for _ in range(layers)])]
+        for step in range(TRACE_STEPS):
+            u = rng.random(2)
+            path = [0, 1] + ([3] if u[1] < 0.5 else []) if u[0] < 0.55 else [0] + ([2] if u[1] < 0.3 else [])
+            while len(seq) < len(path) + 1:
+                seq.append(_next_routes(seq[-1], weights, 0.4, seq_rng))
+            block: list = [None] * 4
+            for j, i in enumerate(path):
+                block[i] = seq[j]
+            for i in range(1, 4):
+                if block[i] is None:
+                    block[i] = _next_routes(block[TREE["parents"][i]], weights, 0.4, rng)
+            out.append({"prompt": f"{dataset}/{p}", "turn": 0, "step": step, "tokens": rng.integers(3, 500, 4).tolist(),
+                        **TREE, "path": path, "routes": np.stack(block, axis=1).tolist()})  # fmt: skip
+            seq = seq[len(path) :]  # the bonus token, seq[len(path)], is the next pass's root
+    return out
+
+
 def synthetic_records(n: int, seed: int = 0) -> list[dict]:
     """`n` records: the grid's cells in order, then reruns of them (seed r, sweep `<name>_rerun<r>`), each
     finished a minute after the previous one; every 50th record is a failed cell."""
@@ -228,6 +275,8 @@ def synthetic_records(n: int, seed: int = 0) -> list[dict]:
             rec["summary"] = summary
             rec["prompts"] = _prompts(summary, cfg, rng)
             rec["expert_load"] = _load(summary, rng)
+            if r == 0 and c["experiment"] == "table1" and c["model"] == "tiny" and c["method"] != "ar":
+                rec["trace"] = _trace(cfg, _model(c["model"])[1], np.random.default_rng([seed, i]))  # own stream
             rec["status"] = "ok"  # keeps its place after `experiment`, as in run_cell
         rec["finished"] = finished.isoformat(timespec="seconds")
         rec["wall_s"] = wall

@@ -34,7 +34,9 @@ SELECTOR_ROLES = {"confidence": "baseline", "ecospec": "ecospec", "global_cost":
 SPD_ALPHA_E = ["speedup", "alpha", "E"]
 LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ", "drafter_path": "Drafter checkpoint",
           "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
-LABEL_COLUMNS = {*LABELS.values(), "Source"}  # a table frame's row-label columns; the others hold values
+# a table frame's row-label columns (with those of the overlap paper's tables, report/routing.py); the others hold
+# values
+LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Dataset", "Depth", "Layer"}
 
 
 def model_label(name: str) -> str:
@@ -75,7 +77,7 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     if "role" in frame.columns:
         return frame
     defaults = {**infer_defaults(frame), **(defaults or {})}
-    heavy = ["expert_load", "experts_by_layer", "cell", "cell_id"]  # no table reads them; filters copy less
+    heavy = ["expert_load", "experts_by_layer", "trace", "cell", "cell_id"]  # no table reads them; filters copy less
     df = frame.loc[frame["status"] == "ok", [c for c in frame.columns if c not in heavy]].copy()
     df["role"] = df["selector"].map(SELECTOR_ROLES).where(df["drafter"].notna(), "ar")
     df = df[df["role"].notna()]

@@ -38,6 +38,19 @@ FORMATS = {
     "expert_params_m": _g(4),
     "total_params_b": _g(4),
     "active_params_b": _g(4),
+    # the overlap paper's tables (report/routing.py); shares and errors are stored in percent
+    "overlap": lambda v: f"{v:.3f}",
+    "anchor": lambda v: f"{v:.3f}",
+    "te": lambda v: f"{v:.3f}",
+    "experts": lambda v: f"{v:.2f}",
+    "ratio": lambda v: f"{v:.2f}×",
+    "share": lambda v: f"{v:.1f}%",
+    "err": lambda v: f"{v:+.1f}%",
+    "delta": lambda v: f"{v:+.3f}",
+    "gap": lambda v: f"{v:+.3f}",
+    "d": lambda v: f"{v:+.2f}",
+    "p": lambda v: f"{v:.1e}",
+    "n": lambda v: f"{v:.0f}",
 }
 HEADERS = {
     "speedup": "Spd",
@@ -60,8 +73,14 @@ HEADERS = {
     "total_params_b": "Total params (B)",
     "active_params_b": "Active params (B)",
     "storage": "Storage",
+    "te": "TE",
+    "delta": "Δ",
+    "ar_t_step_ms": "T_AR (ms)",
+    "c_expert": "C_expert (MB/GPU)",
+    "c_dense": "C_dense (MB/GPU)",
 }
-LATEX = {"`": "", "α": r"$\alpha$", "γ": r"$\gamma$", "ρ": r"$\rho$", "×": r"$\times$", "—": "---", "≥": r"$\geq$"}
+LATEX = {"`": "", "α": r"$\alpha$", "γ": r"$\gamma$", "ρ": r"$\rho$", "×": r"$\times$", "—": "---", "≥": r"$\geq$",
+         "Δ": r"$\Delta$"}  # fmt: skip
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
 
