@@ -233,3 +233,16 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
     for (root_mask, node_masks), nodes, ver in zip(oracle, chosen, verified, strict=True):
         assert ver[0] == root_mask
         assert ver[1:] == [node_masks[i] for i in nodes]
+
+
+def test_recurrent_drafter_levels_and_visibility():
+    from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
+
+    tree = DraftTree()
+    a, b = tree.add(5, -1, 0.6), tree.add(6, -1, 0.3)  # depth 1
+    c = tree.add(7, a, 0.4)  # depth 2
+    d = tree.add(8, c, 0.2)  # depth 3
+    assert missing_levels(tree, [d, b], done={}) == [[a, b], [c], [d]]
+    assert missing_levels(tree, [d], done={a: None, c: None}) == [[d]]
+    vis = level_visibility(tree, [c], cached_nodes=[a, b], committed=3)
+    assert vis.tolist() == [[True, True, True, True, False, True]]  # committed, a (parent) not b, itself

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ecospec.engine.masks import visibility
-from ecospec.engine.tree import DraftTree
+from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
 
 __all__ = [
     "Eagle3Config",
@@ -422,14 +422,9 @@ class Eagle3Drafter:
         if tree is not self._tree:
             self._drop_tree()
             self._tree = tree
-        # Every ancestor of a beam node must be in the cache; run the missing ones level by level
-        # (a node's hidden input is its parent's output, so one level per forward).
-        needed = sorted({n for b in beam for n in tree.path(b)} - self._node_out.keys())
-        by_depth: dict[int, list[int]] = {}
-        for n in needed:
-            by_depth.setdefault(tree.depths[n], []).append(n)
-        for depth in sorted(by_depth):
-            self._run_level(tree, by_depth[depth], depth)
+        # Every ancestor of a beam node must be in the cache; run the missing ones level by level.
+        for nodes in missing_levels(tree, beam, self._node_out):
+            self._run_level(tree, nodes, tree.depths[nodes[0]])
         outs = torch.stack([self._node_out[b] for b in beam])
         return self._topk_children(outs, k)
 
@@ -438,18 +433,8 @@ class Eagle3Drafter:
         parents = [tree.parents[n] for n in nodes]
         hidden = torch.stack([self._root_out if p < 0 else self._node_out[p] for p in parents])[None]
         tokens = torch.tensor([[tree.tokens[n] for n in nodes]], device=dev)
-        root_pos = self.committed - 1
-        positions = torch.full((len(nodes),), root_pos + depth, device=dev)
-
-        def ancestors(n: int) -> set[int]:
-            return set(tree.path(n))  # includes n itself
-
-        anc = [ancestors(n) for n in nodes]
-        cached = torch.tensor([[s in a for s in self._slot_node] for a in anc], dtype=torch.bool).reshape(
-            len(nodes), len(self._slot_node)
-        )
-        block = torch.tensor([[o in a for o in nodes] for a in anc], dtype=torch.bool)
-        visible = visibility(self.committed, block, cached)
+        positions = torch.full((len(nodes),), self.committed - 1 + depth, device=dev)  # root at committed - 1
+        visible = level_visibility(tree, nodes, self._slot_node, self.committed)
         out = self.head(hidden, self._embed(tokens), positions, self.cache, visible.to(dev))
         for i, n in enumerate(nodes):
             self._slot_node.append(n)

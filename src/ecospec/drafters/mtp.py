@@ -50,7 +50,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 )
 
 from ecospec.engine.masks import to_4d, visibility
-from ecospec.engine.tree import DraftTree
+from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
 
 __all__ = ["MtpHead", "MtpDrafter", "init_random_weights"]
 
@@ -223,14 +223,9 @@ class MtpDrafter:
         if tree is not self._tree:
             self._drop_tree()
             self._tree = tree
-        # Every ancestor of a beam node must be in the cache; run the missing ones level by level
-        # (a node's hidden input is its parent's output, so one level per forward).
-        needed = sorted({n for b in beam for n in tree.path(b)} - self._node_out.keys())
-        by_depth: dict[int, list[int]] = {}
-        for n in needed:
-            by_depth.setdefault(tree.depths[n], []).append(n)
-        for depth in sorted(by_depth):
-            self._run_level(tree, by_depth[depth], depth)
+        # Every ancestor of a beam node must be in the cache; run the missing ones level by level.
+        for nodes in missing_levels(tree, beam, self._node_out):
+            self._run_level(tree, nodes, tree.depths[nodes[0]])
         outs = torch.stack([self._node_out[b] for b in beam])
         return self._topk_children(self.head.logits(outs), k)
 
@@ -239,10 +234,7 @@ class MtpDrafter:
         hidden = torch.stack([self._root_out if p < 0 else self._node_out[p] for p in parents])[None]
         tokens = torch.tensor([[tree.tokens[n] for n in nodes]])
         positions = torch.full((len(nodes),), self.committed - 1 + depth)
-        anc = [set(tree.path(n)) for n in nodes]  # each node's ancestors and itself
-        cached = torch.tensor([[s in a for s in self._slot_node] for a in anc], dtype=torch.bool)
-        block = torch.tensor([[o in a for o in nodes] for a in anc], dtype=torch.bool)
-        visible = visibility(self.committed, block, cached.reshape(len(nodes), len(self._slot_node)))
+        visible = level_visibility(tree, nodes, self._slot_node, self.committed)
         _, out = self.head(tokens, hidden, positions, self.cache, visible)
         for i, n in enumerate(nodes):
             self._slot_node.append(n)

@@ -87,3 +87,24 @@ def ancestor_mask(parents: list[int], device: torch.device | None = None) -> tor
             mask[i] = mask[p + 1]
         mask[i, i] = True
     return mask.to(device) if device is not None else mask
+
+
+def missing_levels(tree: DraftTree, beam: list[int], done) -> list[list[int]]:
+    """Nodes on the paths to `beam` that a recurrent drafter has not run yet (`done`: a container of node ids),
+    grouped by depth, shallowest first: a node's input is its parent's output, so one forward per level."""
+    needed = sorted({n for b in beam for n in tree.path(b)} - set(done))
+    by_depth: dict[int, list[int]] = {}
+    for n in needed:
+        by_depth.setdefault(tree.depths[n], []).append(n)
+    return [by_depth[d] for d in sorted(by_depth)]
+
+
+def level_visibility(tree: DraftTree, nodes: list[int], cached_nodes: list[int], committed: int) -> torch.Tensor:
+    """Bool [len(nodes), committed + len(cached_nodes) + len(nodes)] for one level of a recurrent drafter's
+    cache: each node sees the committed entries, its cached ancestors and itself."""
+    from ecospec.engine.masks import visibility
+
+    anc = [set(tree.path(n)) for n in nodes]  # each node's ancestors and itself
+    cached = torch.tensor([[s in a for s in cached_nodes] for a in anc], dtype=torch.bool)
+    block = torch.tensor([[o in a for o in nodes] for a in anc], dtype=torch.bool)
+    return visibility(committed, block, cached.reshape(len(nodes), len(cached_nodes)))
