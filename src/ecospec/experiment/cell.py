@@ -15,9 +15,10 @@ from tqdm.auto import tqdm
 
 import ecospec
 from ecospec.analysis.cost import verify_hbm_bytes
+from ecospec.cache import digest
 from ecospec.data import encode_turn, load_prompts
 from ecospec.experiment.components import Components, load_components, pick_device
-from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, digest, validate
+from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, validate
 from ecospec.experiment.metrics import expert_load, prompt_row, public_row, step_traces, summarize
 from ecospec.experiment.records import (
     FAILED,
@@ -25,7 +26,6 @@ from ecospec.experiment.records import (
     SCHEMA,
     Progress,
     environment,
-    hardware,
     is_done,
     now,
     read_record,
@@ -71,17 +71,16 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, ta
     return rows
 
 
-def ar_key(cfg: dict, device: torch.device) -> dict:
+def ar_key(cfg: dict, hardware: str) -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
     keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "max_new_tokens", "seed")
-    return {"model": model, **{k: cfg[k] for k in keys}, "hardware": hardware(device)}
+    return {"model": model, **{k: cfg[k] for k in keys}, "hardware": hardware}
 
 
-def _ar_baseline(comp, prompts, cfg, progress, device, own_rows) -> dict:
+def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
     """The AR record of this cell's key: from the cache, or measured now (and cached)."""
-
-    key = ar_key(cfg, device)
+    key = ar_key(cfg, hardware)
     path = Path(cfg["out_dir"]) / AR_CACHE / f"{digest(key, 16)}.json"
     if own_rows is None and path.exists():
         cached = read_record(path)
@@ -92,13 +91,14 @@ def _ar_baseline(comp, prompts, cfg, progress, device, own_rows) -> dict:
         if own_rows is not None
         else _decode_prompts(comp, prompts, cfg, progress, "ar", {"selector": "confidence"})
     )
+    summary = summarize(rows)
     ar = {
         "schema": SCHEMA,
         "status": "ok",
         "key": key,
         "created": now(),
-        "tokens_per_s": summarize(rows)["tokens_per_s"],
-        "t_step_s": summarize(rows)["t_step_s"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "t_step_s": summary["t_step_s"],
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
     }
     write_json_atomic(path, ar)
@@ -176,7 +176,8 @@ def run_cell(cfg, cell_dir: str | Path) -> dict:
         comp = load_components(d, device)
         progress = Progress(cell_dir, cid, fresh=bool(d.get("force")))
         rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
-        ar = _ar_baseline(comp, prompts, d, progress, device, rows if d["method"]["name"] == "ar" else None)
+        own = rows if d["method"]["name"] == "ar" else None
+        ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own)
         record["summary"] = _summary(comp, d, rows, ar)
         record["prompts"] = [public_row(r) for r in rows]
         record["expert_load"] = expert_load(rows)

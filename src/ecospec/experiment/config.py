@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.selection import POLICIES
 
@@ -52,10 +51,6 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
     out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
     return out
-
-
-def digest(obj: Any, n: int = 12) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
 def cell_id(cfg: DictConfig | Mapping) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ecospec.cache import cache_root, digest
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
 from ecospec.tiny.drafter import DrafterRecipe, drafter_stage, drafter_summary
 from ecospec.tiny.evaluate import EvalRecipe, evaluate_stage, evaluate_summary
@@ -54,7 +54,6 @@ from ecospec.tiny.predictor import (
 from ecospec.tiny.target import TargetRecipe
 
 CACHE_FORMAT = 1  # bump when the layout or the meaning of a stage's files change
-ENV_CACHE = "ECOSPEC_CACHE"
 DEFAULT_THREADS = 2
 
 
@@ -142,19 +141,9 @@ def get_budget(budget: str | Budget) -> Budget:
     return BUDGETS[budget]
 
 
-def _hash(obj: Any, n: int = 12) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
-
-
-def cache_root() -> Path:
-    """``$ECOSPEC_CACHE``, else ``~/.cache/ecospec``."""
-    env = os.environ.get(ENV_CACHE)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ecospec"
-
-
 def version(budget: str | Budget = "full") -> str:
     b = get_budget(budget)
-    return _hash({"format": CACHE_FORMAT, "python": list(sys.version_info[:2]), "budget": asdict(b)})
+    return digest({"format": CACHE_FORMAT, "python": list(sys.version_info[:2]), "budget": asdict(b)})
 
 
 def root_dir(budget: str | Budget = "full") -> Path:
@@ -307,7 +296,7 @@ STAGES: list[Stage] = [
 def _stage_keys(budget: Budget) -> dict[str, str]:
     keys: dict[str, str] = {}
     for stage in STAGES:
-        keys[stage.name] = _hash(
+        keys[stage.name] = digest(
             {
                 "format": CACHE_FORMAT,
                 "python": list(sys.version_info[:2]),
