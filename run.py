@@ -3,6 +3,7 @@
     python run.py                                   # tiny model, EcoSpec, HumanEval, CPU (the embedded default)
     python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm
     python run.py -m experiment=tiny_repro          # the paper's tables on the tiny model
+    python run.py -m experiment=traces model=qwen3  # routing traces, then experiment=predictor: the expert predictor
 
 Each cell writes ${out_dir}/${name}/<cell>/result.json (see ecospec.experiment.records); reruns skip cells
 whose ok record exists (force=true recomputes).
@@ -16,12 +17,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ecospec.experiment.cell import one_line, run_cell
+from ecospec.experiment.cell import one_line
+from ecospec.experiment.job import run_any
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
-    record = run_cell(cfg, HydraConfig.get().runtime.output_dir)
+    record = run_any(cfg, HydraConfig.get().runtime.output_dir)
     print(one_line(record), flush=True)
     if record["status"] != "ok" and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports failure by its exit code; a sweep goes on (see SweepTable)

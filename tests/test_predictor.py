@@ -24,6 +24,7 @@ from ecospec.predictor import (
     topk_accuracy,
     train_predictor,
 )
+from ecospec.predictor.traces import route_batch
 from ecospec.predictor.train import split_samples, windows
 
 
@@ -225,3 +226,46 @@ def test_save_load_and_mismatch(setup64, tmp_path):
     save_file(weights, str(tmp_path / "p" / "model.safetensors"))
     with pytest.raises(CheckpointMismatchError, match=r"head.bias: shape \(3,\)"):
         ExpertPredictor.load(tmp_path / "p")
+
+
+def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    target = tiny_model("qwen3_moe-a", num_experts=16)
+    collect_traces(target, random_sequences(40, 24, seed=7), tmp_path / "traces", shard_size=16, batch_size=8)
+    tr = load_traces(tmp_path / "traces")
+
+    def fresh():
+        torch.manual_seed(0)
+        return ExpertPredictor.from_target(target, backbone_config(num_hidden_layers=1))
+
+    kw = dict(steps=12, lr=1e-3, batch_size=4, window=16, eval_every=3, checkpoint_at_accuracy={"lvl": 0.0},
+              split=(list(range(30)), list(range(30, 40))), resume=True, save_every_s=0)  # fmt: skip
+    ref = train_predictor(fresh(), tr, out_dir=tmp_path / "ref", **kw)
+
+    def killed_at(step, steps, loss, acc):
+        if step == 8:
+            raise KeyboardInterrupt  # a kill between two steps (the state of step 7 is on disk)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_predictor(fresh(), tr, out_dir=tmp_path / "run", on_step=killed_at, **kw)
+    assert json.loads((tmp_path / "run" / "resume" / "state.json").read_text())["step"] == 7
+    run = train_predictor(fresh(), tr, out_dir=tmp_path / "run", **kw)
+    assert run.resumed_at == [7] and run.losses == ref.losses and run.evals == ref.evals
+    assert [c.name for c in run.checkpoints] == ["lvl", "final"] and run.test_samples == list(range(30, 40))
+    a, b = (ExpertPredictor.load(tmp_path / d / "final").state_dict() for d in ("ref", "run"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "run" / "resume").exists()  # a finished run keeps no resume state
+    assert len(run.layer_accuracy) == 2 and np.mean(run.layer_accuracy) == pytest.approx(run.final_accuracy)
+    with pytest.raises(KeyboardInterrupt):
+        train_predictor(fresh(), tr, out_dir=tmp_path / "run2", on_step=killed_at, **kw)  # leaves a state
+    with pytest.raises(ValueError, match="other data or settings"):
+        train_predictor(fresh(), tr, out_dir=tmp_path / "run2", **(kw | {"lr": 2e-3}))
+
+
+def test_batched_routing_equals_one_forward_per_sequence(models64):
+    target, _ = models64("gpt_oss-a")  # sliding windows: padding must not shift any real token's window
+    seqs = [s[: 5 + 9 * i] for i, s in enumerate(random_sequences(4, 40, seed=3))]
+    batched = route_batch(target, seqs)
+    for seq, routes in zip(seqs, batched, strict=True):
+        with RoutingCapture(target) as cap:
+            target(torch.tensor([seq]))
+            assert np.array_equal(routes, cap.take().transpose(0, 1).numpy())

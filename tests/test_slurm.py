@@ -88,3 +88,112 @@ def test_run_py_sweep_on_slurm(slurm_cluster, tmp_path):
         assert record["env"]["slurm_job_id"]
         assert record["summary"]["tokens"] > 0
     assert sorted(r["config"]["method"]["name"] for r in records) == ["ar", "ecospec"]
+
+
+# ------------------------------------------------------------------------------- the predictor's jobs on Slurm
+
+
+def _store_env(tmp_path: Path) -> dict:
+    """A fresh $ECOSPEC_CACHE (inherited by the jobs through the profile's setup lines) that still sees the
+    vendored benchmark copies of the real one."""
+    from ecospec.cache import cache_root
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if (cache_root() / "data").is_dir():
+        (cache / "data").symlink_to(cache_root() / "data")
+    return {**os.environ, "ECOSPEC_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+
+
+def _job_logs(out: Path) -> str:
+    return "\n".join(f"---- {p}\n{p.read_text()[-2000:]}" for p in sorted(out.rglob(".submitit/*/*_log.err")))
+
+
+def test_traces_job_is_one_array_task_per_dataset(slurm_cluster, tmp_path):
+    out, env = tmp_path / "exp", _store_env(tmp_path)
+    cmd = [
+        sys.executable, "run.py", "-m", "experiment=traces", "model=tiny_random", "dataset=humaneval,math500",
+        "num_prompts=6", "traces.response_tokens=4", "cluster=slurm", f"out_dir={out}", "progress=false",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{_job_logs(out)}"
+    records = [json.loads(p.read_text()) for p in sorted((out / "traces").rglob("result.json"))]
+    assert [r["kind"] for r in records] == ["traces", "traces"] and all(r["status"] == "ok" for r in records)
+    assert len({r["env"]["slurm_job_id"] for r in records}) == 1  # one array
+    assert sorted(r["env"]["slurm_array_task_id"] for r in records) == ["0", "1"]
+    for r in records:
+        manifest = json.loads((Path(r["summary"]["trace_dir"]) / "manifest.json").read_text())
+        assert manifest["complete"] and manifest["samples"] == 6
+        assert str(tmp_path / "cache") in r["summary"]["trace_dir"]  # the jobs wrote to the launcher's store
+
+
+def _manifest_samples(path: Path) -> int:
+    try:
+        return json.loads(path.read_text())["samples"]
+    except (OSError, ValueError):
+        return 0
+
+
+def test_requeued_traces_task_continues_without_duplicates(slurm_cluster, tmp_path):
+    out, env = tmp_path / "exp", _store_env(tmp_path)
+    cmd = [
+        sys.executable, "run.py", "-m", "experiment=traces", "model=tiny_random", "dataset=humaneval",
+        "num_prompts=40", "traces.response_tokens=48", "traces.batch_size=2", "traces.shard_size=2", "cluster=slurm",
+        f"out_dir={out}", "progress=false",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    manifests = tmp_path / "cache" / "store"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = list(manifests.rglob("manifest.json"))
+        if found and 4 <= _manifest_samples(found[0]) < 40:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the traces task never got half-way")
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i", "-n", "run"], capture_output=True, text=True).stdout.split()
+    assert jobs, "no running Slurm job to requeue"
+    subprocess.run(["scontrol", "requeue", jobs[0]], check=True)
+    before = _manifest_samples(found[0])
+    stdout, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, f"{stdout[-3000:]}\n{_job_logs(out)}"
+    (record,) = [json.loads(p.read_text()) for p in (out / "traces").rglob("result.json")]
+    assert record["status"] == "ok" and record["summary"]["resumed_samples"] >= before >= 4
+    from ecospec.data import load_prompts
+    from ecospec.predictor.traces import load_traces
+
+    assert load_traces(found[0].parent).ids == [p.id for p in load_prompts("humaneval", 40)]  # once each, in order
+
+
+def test_make_paper_chains_the_stages_with_slurm_dependencies(slurm_cluster, tmp_path):
+    out, rep, env = tmp_path / "exp", tmp_path / "reports", _store_env(tmp_path)
+    args = (
+        f"--temperatures 0.0 --out-dir {out} --reports {rep} --set progress=false "
+        "--traces-set num_prompts=30 traces.response_tokens=6 "
+        "--predictor-set training.epochs=3 training.window=256 training.lr=1e-3 "
+        "--table-set num_prompts=2 max_new_tokens=8 model.predictor.checkpoint=final"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["make", "-s", "paper", "MODEL=tiny_random", "CLUSTER=slurm", "DATASETS=humaneval", f"PYTHON={sys.executable}",
+         f"ARGS={args}"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    submitted = {s: json.loads((out / s / "submitted.json").read_text()) for s in ("traces", "predictor", "table1")}
+    assert submitted["predictor"]["after"] == submitted["traces"]["array_job_id"]
+    assert submitted["table1"]["after"] == submitted["predictor"]["array_job_id"]
+    assert "tables -> Slurm job" in proc.stdout
+    while not (rep / "README.md").exists():  # written by the last job, after the grid
+        if time.monotonic() - t0 > 900:
+            pytest.fail(f"make tables never ran\n{proc.stdout[-2000:]}\n{_job_logs(out)}")
+        time.sleep(1)
+    records = {}
+    for p in out.rglob("result.json"):
+        r = json.loads(p.read_text())
+        records.setdefault(r.get("kind"), []).append(r)
+    assert all(r["status"] == "ok" for rs in records.values() for r in rs), _job_logs(out)
+    (traces,), (predictor,) = records["traces"], records["predictor"]
+    assert {r["config"]["method"]["name"] for r in records["cell"]} == {"baseline", "ecospec"}
+    assert traces["finished"] <= predictor["started"]  # afterok, not just submitted in order
+    assert all(predictor["finished"] <= r["started"] for r in records["cell"])

@@ -16,6 +16,7 @@ from pathlib import Path
 from ecospec.data import vendored
 from ecospec.data.benchmarks import BENCHMARKS, DATASETS, Benchmark, Row
 from ecospec.data.humaneval import humaneval_prompts
+from ecospec.data.split import select_split
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -42,17 +43,20 @@ class PromptSet(list):
         self.source = source
 
 
-def load_prompts(name: str, limit: int | None = None, source: str | Path | None = None) -> PromptSet:
-    """First `limit` prompts of benchmark `name` in dataset order, as a ``PromptSet`` (``.source``: where from).
+def load_prompts(
+    name: str, limit: int | None = None, source: str | Path | None = None, split: str = "all"
+) -> PromptSet:
+    """First `limit` prompts of `split` (``ecospec.data.split``: "all", or "heldout", the 20 % no predictor trains
+    on) of benchmark `name` in dataset order, as a ``PromptSet`` (``.source``: where from).
     `source`: a local file/dir in the dataset's own schema (jsonl, jsonl.gz, json array, parquet) used instead of
     the hub. A directory holds one file per split, named after it (``test.jsonl``, ``train.parquet``, HF shards
     ``test-00000-of-00001.parquet``); gsm8k needs a directory because it reads two splits (``train`` for the 5
     exemplars, ``test`` for the questions). Without `source`, a dataset that neither the Hub nor the datasets cache
     can serve comes from its vendored copy when there is one (gsm8k, math500, mtbench: ``make data-offline``)."""
-    return _load(name, limit, source, fallback=True)
+    return _load(name, limit, source, fallback=True, split=split)
 
 
-def _load(name: str, limit: int | None, source: str | Path | None, fallback: bool) -> PromptSet:
+def _load(name: str, limit: int | None, source: str | Path | None, fallback: bool, split: str = "all") -> PromptSet:
     if name not in BENCHMARKS:
         raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
     if limit is not None and limit <= 0:
@@ -66,8 +70,9 @@ def _load(name: str, limit: int | None, source: str | Path | None, fallback: boo
             f"dataset {name!r} needs {bench.n_exemplars} exemplar rows in its {bench.exemplar_split!r} split, "
             f"found {len(shots)} in {where}"
         )
-    rows = rows if limit is None else rows[:limit]
-    return PromptSet((bench.to_prompt(row, i, shots) for i, row in enumerate(rows)), source=label)
+    prompts = [bench.to_prompt(row, i, shots) for i, row in enumerate(rows)]
+    prompts = [prompts[i] for i in select_split([p.id for p in prompts], split)]
+    return PromptSet(prompts if limit is None else prompts[:limit], source=label)
 
 
 def fetch_all(names: tuple[str, ...] | list[str] = DATASETS) -> None:

@@ -1,5 +1,6 @@
 """Hydra callback: at the end of a multirun, one table of every cell in the sweep directory (status, α, E,
-speedup), read back from the result records (so it works the same for local and Slurm launchers)."""
+speedup; what a traces or predictor job made), read back from the result records (so it works the same for local
+and Slurm launchers). A sweep only submitted (cluster=slurm with hydra.launcher.wait=false) has no table yet."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def sweep_table(sweep_dir: Path) -> tuple[str, int]:
             failed += 1
         failed += status == "failed"
         s = rec.get("summary") or {}
+        if rec.get("kind") in ("traces", "predictor"):  # the jobs that make a predictor: what they made
+            what = (
+                f"{s.get('samples', 0)} samples, {s.get('tokens', 0):,} tokens"
+                if rec["kind"] == "traces"
+                else f"held-out accuracy {s.get('final_accuracy', float('nan')):.3f}"
+            )
+            lines.append(f"{rec['cell']:<64} {status:<7} {what if s else ''}")
+            continue
         x = "x" if s.get("speedup") is not None else " "
         lines.append(
             f"{rec['cell']:<64} {status:<7} {_fmt(s.get('alpha'), '6.2f')} "
@@ -47,6 +56,8 @@ def sweep_table(sweep_dir: Path) -> tuple[str, int]:
 
 class SweepTable(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if not config.hydra.launcher.get("wait", True):
+            return  # submitted, not run: the jobs write their records when Slurm runs them
         text, failed = sweep_table(Path(config.hydra.sweep.dir))
         print(text, flush=True)
         if failed:

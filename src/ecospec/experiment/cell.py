@@ -4,9 +4,7 @@ other cells of a sweep go on, and it never overwrites an ok record."""
 
 from __future__ import annotations
 
-import os
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,24 +15,13 @@ import ecospec
 from ecospec.analysis.cost import verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_prompts
-from ecospec.experiment.components import Components, load_components, pick_device
-from ecospec.experiment.config import as_dict, cell_config, cell_id, cell_name, validate
+from ecospec.experiment.components import Components, load_components
+from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import expert_load, prompt_row, public_row, step_traces, summarize
-from ecospec.experiment.records import (
-    FAILED,
-    RESULT,
-    SCHEMA,
-    Progress,
-    environment,
-    is_done,
-    now,
-    read_record,
-    write_json_atomic,
-)
+from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.models import moe_info
 
 AR_CACHE = "ar_cache"
-RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger")
 
 
 def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, tag: str, method: dict) -> list[dict]:
@@ -74,8 +61,8 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, ta
 def ar_key(cfg: dict, hardware: str) -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
-    keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "max_new_tokens", "seed")
-    return {"model": model, **{k: cfg[k] for k in keys}, "hardware": hardware}
+    keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
+    return {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware}
 
 
 def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
@@ -126,85 +113,44 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], ar: dict) -> dict:
     return s
 
 
-def _write(cell_dir: Path, record: dict) -> Path:
-    """result.json, unless this is a failure and an ok record is already there (then failed.json)."""
-    path = cell_dir / RESULT
-    if path.exists():
-        old = read_record(path)
-        if old is None:  # unreadable: keep it for inspection rather than overwrite it
-            path.rename(path.with_name(f"{RESULT}.corrupt-{int(time.time())}"))
-        elif record["status"] != "ok" and old["status"] == "ok":
-            path = cell_dir / FAILED
-    write_json_atomic(path, record)
-    if record["status"] == "ok":
-        (cell_dir / FAILED).unlink(missing_ok=True)
-    return path
+def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> None:
+    """The cell's work: prompts, components, every prompt decoded (checkpointed), the AR baseline, the summary."""
+    ds = d["dataset"]
+    # fails fast, before any model; counted within the split (heldout: the 20 % no predictor trained on)
+    prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=d.get("split", "heldout"))
+    record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
+    comp = load_components(d, device)
+    progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")))
+    rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
+    own = rows if d["method"]["name"] == "ar" else None
+    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own)
+    record["summary"] = _summary(comp, d, rows, ar)
+    record["prompts"] = [public_row(r) for r in rows]
+    record["expert_load"] = expert_load(rows)
+    if d.get("trace_steps"):
+        record["trace"] = step_traces(rows)
+    progress.clear()
 
 
 def run_cell(cfg, cell_dir: str | Path) -> dict:
     """Run (or skip) one cell and return its record."""
-    d = {k: v for k, v in as_dict(cfg).items() if k != "hydra"}
-    cell_dir = Path(cell_dir)
-    cid = cell_id(d)
-    if is_done(cell_dir, cid) and not d.get("force"):
-        rec = read_record(cell_dir / RESULT)
-        rec["skipped"] = True
-        return rec
-    record = {
-        "schema": SCHEMA,
-        "cell_id": cid,
-        "cell": cell_name(d),
-        "experiment": d.get("name"),
-        "status": "running",
-        "config": {**cell_config(d), **{k: d.get(k) for k in RUN_KEYS}},
-        "started": now(),
-    }
-    t0 = time.perf_counter()
-    try:
-        validate(d)
-        device = pick_device(d.get("device", "auto"))
-        # explicit > Slurm's allocation (no cgroups: jobs see every core) > the model's CPU default
-        threads = d.get("threads") or os.environ.get("SLURM_CPUS_PER_TASK")
-        if not threads and device.type == "cpu":
-            threads = d["model"].get("cpu_threads")
-        if threads:
-            torch.set_num_threads(int(threads))
-        record["env"] = environment(device)
-        ds = d["dataset"]
-        prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"))  # fails fast, before any model
-        record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
-        comp = load_components(d, device)
-        progress = Progress(cell_dir, cid, fresh=bool(d.get("force")))
-        rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
-        own = rows if d["method"]["name"] == "ar" else None
-        ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own)
-        record["summary"] = _summary(comp, d, rows, ar)
-        record["prompts"] = [public_row(r) for r in rows]
-        record["expert_load"] = expert_load(rows)
-        if d.get("trace_steps"):
-            record["trace"] = step_traces(rows)
-        record["status"] = "ok"
-        progress.clear()
-    except Exception as e:  # noqa: BLE001 - a failed cell is data; the sweep goes on
-        record["status"] = "failed"
-        record["error"] = f"{type(e).__name__}: {e}"
-        record["traceback"] = traceback.format_exc()
-    record["finished"] = now()
-    record["wall_s"] = time.perf_counter() - t0
-    _write(cell_dir, record)
-    if (d.get("logger") or {}).get("name", "none") != "none":
-        from ecospec.experiment.tracking import log_cell
-
-        log_cell(record, d["logger"], cell_dir)
-    return record
+    return run_job(cfg, cell_dir, _decode_cell)
 
 
 def one_line(record: dict) -> str:
-    """α, E, speedup vs AR and estimated HBM per verify pass of a record, or its error."""
+    """α, E, speedup vs AR and estimated HBM per verify pass of a cell's record (what a traces or predictor job
+    made), or its error."""
     if record["status"] != "ok":
         return f"{record['cell']}: FAILED {record.get('error', '')}"
     s = record["summary"]
     skipped = " (existing record)" if record.get("skipped") else ""
+    if record.get("kind") == "traces":
+        return f"{record['cell']}{skipped}: {s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
+    if record.get("kind") == "predictor":
+        return (
+            f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "
+            f"published {', '.join(s['published'])} -> {s['store']}"
+        )
     clock = " (CPU wall clock)" if record.get("env", {}).get("device") == "cpu" else ""
     return (
         f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "

@@ -14,6 +14,10 @@ import torch
 from ecospec.experiment.config import ConfigError, drafter_kind, predictor_path
 
 TINY_PREDICTORS = {"final": "final", "acc50": "acc-0.50", "acc60": "acc-0.60"}
+RANDOM_BACKBONE = {
+    "model_type": "qwen3", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 4096,
+}  # fmt: skip
 
 
 @dataclass
@@ -53,7 +57,8 @@ def _tiny_dirs(model: dict) -> dict[str, Path]:
     return tiny.paths(budget)
 
 
-def _target(model: dict, device: torch.device):
+def load_target_and_tokenizer(model: dict, device: torch.device):
+    """The target (on `device`, or spread by the model's device_map) and its tokenizer."""
     if model["source"] == "random":
         from ecospec.models import tiny_model
         from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
@@ -123,13 +128,10 @@ def _predictor(model: dict, target) -> tuple[Any, float | None]:
     from ecospec.predictor.model import ExpertPredictor
 
     name = predictor_path(model)
-    if name == "random":
-        from transformers import Qwen3Config
-
-        backbone = Qwen3Config(
-            vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
-        )  # fmt: skip
+    if name == "random":  # untrained, for tests: the model's backbone config (a mapping), else a 1-layer Qwen3
+        backbone = (model.get("predictor") or {}).get("backbone")
+        if not isinstance(backbone, dict):
+            backbone = dict(RANDOM_BACKBONE)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(2)
             pred = ExpertPredictor.from_target(target, backbone)
@@ -148,7 +150,7 @@ def _predictor(model: dict, target) -> tuple[Any, float | None]:
 def load_components(cfg: dict, device: torch.device) -> Components:
     """Everything a cell needs, on `device` (or spread by the model's device_map)."""
     model, method = cfg["model"], cfg["method"]
-    target, tokenizer = _target(model, device)
+    target, tokenizer = load_target_and_tokenizer(model, device)
     drafter = _drafter(drafter_kind(cfg), model, target)
     predictor, accuracy = None, None
     if method.get("predictor") == "learned":

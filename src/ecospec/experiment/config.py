@@ -1,7 +1,12 @@
-"""A cell's identity, name and validation: everything decided from the composed config before any model loads."""
+"""A job's identity, name and validation: everything decided from the composed config before any model loads.
+
+Jobs (the top-level `job` knob): `cell` (one point of a grid, the default), `traces` (routing traces of one
+dataset, `experiment=traces`) and `predictor` (train the expert predictor, `experiment=predictor`).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,11 +14,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from ecospec.cache import digest
 from ecospec.data import DATASETS
+from ecospec.data.split import SPLITS
 from ecospec.selection import POLICIES
+from ecospec.store import IDENTITY as STORE_IDENTITY
+from ecospec.store import predictor_root, stored_predictor
 
 SOURCES = ("tiny", "random", "hf")
 DRAFTERS = ("eagle3", "mtp", "draft_model")
 PREDICTORS = ("learned", "oracle")
+JOBS = ("cell", "traces", "predictor")
+TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 # What makes two cells different (and what the AR cache key is cut from); execution knobs such as
 # force, device placement, logger or cluster are not part of it.
 CELL_KEYS = (
@@ -29,8 +39,12 @@ CELL_KEYS = (
     "max_new_tokens",
     "num_prompts",
     "seed",
+    "split",  # heldout (the paper's protocol) or all: which prompts num_prompts counts in
     "trace_steps",  # what the record holds
 )
+# What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
+TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
+TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
 
 
 class ConfigError(ValueError):
@@ -38,7 +52,11 @@ class ConfigError(ValueError):
 
 
 def as_dict(cfg: DictConfig | Mapping) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    """The config as plain resolved data, without Hydra's own `hydra` node (which only resolves inside a run)."""
+    if not isinstance(cfg, DictConfig):
+        return {k: v for k, v in dict(cfg).items() if k != "hydra"}
+    return {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+            for k in cfg if k != "hydra"}  # fmt: skip
 
 
 def cell_config(cfg: DictConfig | Mapping) -> dict:
@@ -57,6 +75,57 @@ def cell_id(cfg: DictConfig | Mapping) -> str:
     return digest(cell_config(cfg))
 
 
+def job_kind(cfg: DictConfig | Mapping) -> str:
+    return cfg.get("job") or "cell"
+
+
+def _model_identity(model: Mapping, kind: str) -> dict:
+    """The target as the store knows it (dtype and placement do not change what is made), plus the predictor's
+    backbone for the training job and the prompt format for traces."""
+    extra = ("chat_template",) if kind == "traces" else ()
+    out = {k: model.get(k) for k in ("name", *STORE_IDENTITY, *extra)}
+    if kind == "predictor":
+        out["backbone"] = (model.get("predictor") or {}).get("backbone")
+    return out
+
+
+def job_config(cfg: DictConfig | Mapping) -> dict:
+    """The keys that identify a job: a cell's `cell_config`; for traces the model, dataset and collection
+    settings; for the predictor the model and the training settings."""
+    kind = job_kind(cfg)
+    if kind == "cell":
+        return cell_config(cfg)
+    d = {k: cfg.get(k) for k in ("model", "dataset", "traces", "training", "num_prompts")}  # not `hydra` (see above)
+    d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
+    out = {"job": kind, "model": _model_identity(d["model"], kind)}
+    if kind == "traces":
+        t = d.get("traces") or {}
+        out["dataset"] = d["dataset"]
+        out["traces"] = {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}
+    else:
+        t = d.get("training") or {}
+        out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
+    return out
+
+
+def job_id(cfg: DictConfig | Mapping) -> str:
+    return digest(job_config(cfg))
+
+
+def job_name(cfg: DictConfig | Mapping) -> str:
+    """A job's directory name: a cell's `cell_name`; `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`;
+    `predictor-<model>-<hash>`."""
+    kind = job_kind(cfg)
+    if kind == "cell":
+        return cell_name(cfg)
+    c = job_config(cfg)
+    if kind == "traces":
+        t = c["traces"]
+        part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
+        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{job_id(cfg)[:6]}"
+    return f"predictor-{c['model']['name']}-{job_id(cfg)[:6]}"
+
+
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -71,7 +140,7 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
 
 
 def _cell_resolver(*, _root_: DictConfig) -> str:
-    return cell_name(_root_)
+    return job_name(_root_)
 
 
 if not OmegaConf.has_resolver("ecospec_cell"):
@@ -90,20 +159,132 @@ def drafter_kind(cfg: DictConfig | Mapping) -> str | None:
 
 
 def predictor_path(model: Mapping) -> str | None:
-    """The predictor checkpoint of a model config: a name from `predictor.checkpoints`, else a path."""
+    """The predictor checkpoint of a model config: a name from `predictor.checkpoints` (its directory when set,
+    else the one the predictor job published in the store, else None), otherwise a path or a special name."""
     pred = model.get("predictor") or {}
     name = pred.get("checkpoint")
     named = pred.get("checkpoints") or {}
-    return named.get(name) if name in named else name
+    if name not in named:
+        return name
+    if named[name]:
+        return named[name]
+    found = stored_predictor(model, name)
+    return str(found) if found is not None else None
 
 
-def validate(cfg: DictConfig | Mapping) -> None:
-    """Raise ConfigError for the first value that cannot run, before anything heavy happens."""
-    d = as_dict(cfg)
-    for key, low in (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)):
+def make_predictor_command(model_name: str) -> str:
+    return (
+        f"python run.py -m experiment=traces model={model_name} && python run.py -m experiment=predictor "
+        f"model={model_name}"
+    )
+
+
+def _missing_predictor(model: Mapping, method: str) -> ConfigError:
+    """One line: the command that makes the predictor first, then where it was looked for and the alternative."""
+    name = (model.get("predictor") or {}).get("checkpoint")
+    root = predictor_root(model)
+    reason = ""
+    summary = root / "summary.json"
+    if summary.is_file():  # trained, but this checkpoint was never reached (an accuracy level) or not published
+        try:
+            s = json.loads(summary.read_text())
+            reason = (
+                f" (the trained predictor has no {name!r}: final held-out accuracy {s.get('final_accuracy', 0):.3f}, "
+                f"levels reached: {', '.join(s.get('published', [])) or 'none'})"
+            )
+        except (OSError, ValueError):
+            pass
+    return ConfigError(
+        f"model.predictor.checkpoint={name!r}: method={method} needs a trained expert predictor for "
+        f"model={model['name']}; make it with: {make_predictor_command(model['name'])} (or: make paper "
+        f"MODEL={model['name']}){reason}; looked in {root / str(name)}; or set "
+        f"model.predictor.checkpoints.{name or 'final'}=<directory>"
+    )
+
+
+def _positive_ints(d: Mapping, keys: tuple[tuple[str, int], ...], prefix: str = "") -> None:
+    for key, low in keys:
         v = d.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise _bad(key, v, f"must be an integer >= {low}")
+            raise _bad(prefix + key, v, f"must be an integer >= {low}")
+
+
+def _validate_model(model: Mapping) -> None:
+    if model.get("source") not in SOURCES:
+        raise _bad("model.source", model.get("source"), f"allowed: {', '.join(SOURCES)}")
+    if model["source"] == "hf" and not model.get("target"):
+        raise _bad("model.target", model.get("target"), "an HF id or a local checkpoint directory is required")
+
+
+def _validate_dataset(dataset: Mapping, key: str = "dataset.name") -> None:
+    if dataset.get("name") not in DATASETS:
+        raise _bad(key, dataset.get("name"), f"allowed: {', '.join(DATASETS)}")
+
+
+def _validate_num_prompts(d: Mapping) -> None:
+    n = d.get("num_prompts")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise _bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
+
+
+def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
+    """`validate` for the config's job kind. `awaiting`: the job runs after others (a Slurm dependency), so
+    what they make (the predictor) need not exist yet; each job checks again when it starts."""
+    d = as_dict(cfg)
+    kind = job_kind(d)
+    if kind not in JOBS:
+        raise _bad("job", kind, f"allowed: {', '.join(JOBS)}")
+    if kind == "traces":
+        validate_traces(d)
+    elif kind == "predictor":
+        validate_training(d)
+    else:
+        validate(d, check_predictor=not awaiting)
+
+
+def validate_traces(d: Mapping) -> None:
+    _validate_model(d["model"])
+    _validate_dataset(d["dataset"])
+    _validate_num_prompts(d)
+    t = d.get("traces") or {}
+    _positive_ints(
+        t, (("response_tokens", 0), ("batch_size", 1), ("shard_size", 1), ("parts", 1), ("part", 0)), "traces."
+    )
+    if t["part"] >= t["parts"]:
+        raise _bad("traces.part", t["part"], f"must be < traces.parts={t['parts']}")
+
+
+def validate_training(d: Mapping) -> None:
+    _validate_model(d["model"])
+    t = d.get("training") or {}
+    datasets = t.get("datasets")
+    if not datasets or isinstance(datasets, str):
+        raise _bad("training.datasets", datasets, "a non-empty list of datasets whose traces to learn from")
+    for name in datasets:
+        _validate_dataset({"name": name}, "training.datasets")
+    if (t.get("epochs") is None) == (t.get("steps") is None):
+        raise _bad("training.epochs", t.get("epochs"), "set exactly one of training.epochs and training.steps")
+    e = t.get("epochs")
+    if e is not None and (isinstance(e, bool) or not isinstance(e, int | float) or e <= 0):
+        raise _bad("training.epochs", e, "must be a number > 0")
+    if t.get("steps") is not None:
+        _positive_ints(t, (("steps", 1),), "training.")
+    _positive_ints(t, (("batch_size", 1), ("window", 2)), "training.")
+    lr = t.get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
+        raise _bad("training.lr", lr, "must be a number > 0")
+    for name, level in (t.get("levels") or {}).items():
+        if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+            raise _bad(f"training.levels.{name}", level, "an accuracy in (0, 1)")
+    if not (d["model"].get("predictor") or {}).get("backbone"):
+        raise _bad("model.predictor.backbone", None, "an HF id / directory of a base decoder, or a config mapping")
+
+
+def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
+    """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
+    `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
+    d = as_dict(cfg)
+    _positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
     if d["batch_size"] != 1:
         raise _bad("batch_size", d["batch_size"], "the engine decodes one sequence per step (batch_size=1 only)")
     t = d.get("temperature")
@@ -112,9 +293,9 @@ def validate(cfg: DictConfig | Mapping) -> None:
     p = d.get("top_p")
     if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
         raise _bad("top_p", p, "must be in (0, 1]")
-    n = d.get("num_prompts")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise _bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
+    _validate_num_prompts(d)
+    if d.get("split", "heldout") not in SPLITS:
+        raise _bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
     ts = d.get("trace_steps")
     if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
         raise _bad("trace_steps", ts, "must be an integer >= 0 (verify passes whose routes the record keeps)")
@@ -122,12 +303,8 @@ def validate(cfg: DictConfig | Mapping) -> None:
         raise _bad("seed", d.get("seed"), "must be an integer")
 
     model, method, dataset = d["model"], d["method"], d["dataset"]
-    if model.get("source") not in SOURCES:
-        raise _bad("model.source", model.get("source"), f"allowed: {', '.join(SOURCES)}")
-    if model["source"] == "hf" and not model.get("target"):
-        raise _bad("model.target", model.get("target"), "an HF id or a local checkpoint directory is required")
-    if dataset.get("name") not in DATASETS:
-        raise _bad("dataset.name", dataset.get("name"), f"allowed: {', '.join(DATASETS)}")
+    _validate_model(model)
+    _validate_dataset(dataset)
     if method.get("selector") not in POLICIES:
         raise _bad("method.selector", method.get("selector"), f"allowed: {', '.join(POLICIES)}")
 
@@ -153,11 +330,8 @@ def validate(cfg: DictConfig | Mapping) -> None:
         raise _bad("method.predictor", pred, "selector oracle needs predictor=oracle")
     if pred == "learned":
         path = predictor_path(model)
-        if not path:
-            name = (model.get("predictor") or {}).get("checkpoint")
-            raise ConfigError(
-                f"model.predictor.checkpoint={name!r}: method={method['name']} needs a trained expert predictor "
-                f"for model={model['name']}; set model.predictor.checkpoints.{name or 'final'}=<directory>"
-            )
-        if model["source"] == "tiny" and path not in ("final", "acc50", "acc60"):
-            raise _bad("model.predictor.checkpoint", path, "the tiny build has final, acc50, acc60")
+        if model["source"] == "tiny":
+            if path not in TINY_CHECKPOINTS:
+                raise _bad("model.predictor.checkpoint", path, f"the tiny build has {', '.join(TINY_CHECKPOINTS)}")
+        elif not path and check_predictor:
+            raise _missing_predictor(model, method["name"])

@@ -12,6 +12,7 @@ passed to ``ecospec.generate(..., predictor=p)`` serves one generation at a time
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache, PretrainedConfig
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
 from ecospec.engine.routing import expert_bitmasks
 from ecospec.engine.tree import DraftTree, ancestor_mask
-from ecospec.models.adapters import moe_info
+from ecospec.models.adapters import MoeInfo, moe_info
 
 FORMAT = "ecospec-expert-predictor"
 CONFIG_FILE = "config.json"
@@ -70,26 +71,41 @@ class ExpertPredictor(nn.Module):
         self.session = PredictorSession()
 
     @classmethod
-    def from_target(cls, target, backbone: PretrainedConfig | str, dtype: torch.dtype | None = None) -> ExpertPredictor:
-        """A fresh predictor for `target`: copies its embedding; `backbone` is an HF config (random
-        init) or an HF id / local path (pretrained weights, e.g. "Qwen/Qwen3-0.6B")."""
-        info = moe_info(target)
-        emb = target.get_input_embeddings().weight
+    def from_target(
+        cls, target, backbone: PretrainedConfig | Mapping | str, dtype: torch.dtype | None = None
+    ) -> ExpertPredictor:
+        """A fresh predictor for `target`: copies its embedding; `backbone` is an HF config or a mapping of one
+        (random init) or an HF id / local path (pretrained weights, e.g. "Qwen/Qwen3-0.6B")."""
+        return cls.create(moe_info(target), target.get_input_embeddings().weight, backbone, dtype)
+
+    @classmethod
+    def create(
+        cls,
+        info: MoeInfo,
+        embedding: torch.Tensor,
+        backbone: PretrainedConfig | Mapping | str,
+        dtype: torch.dtype | None = None,
+    ) -> ExpertPredictor:
+        """A fresh predictor for a target described by its MoE facts and input embedding [V, H] alone, so a
+        235B target need not be loaded to train its predictor (see `read_embedding`)."""
         config = PredictorConfig(
             num_moe_layers=info.num_moe_layers,
             num_experts=info.num_experts,
             top_k=info.top_k,
-            target_hidden_size=emb.shape[1],
-            vocab_size=emb.shape[0],
+            target_hidden_size=embedding.shape[1],
+            vocab_size=embedding.shape[0],
             target_family=info.family,
         )
         if isinstance(backbone, str):
             model = AutoModel.from_pretrained(backbone, dtype=torch.float32)
         else:
+            if isinstance(backbone, Mapping):
+                spec = dict(backbone)
+                backbone = AutoConfig.for_model(spec.pop("model_type"), **spec)
             model = AutoModel.from_config(backbone)
-        predictor = cls(config, model).to(device=emb.device, dtype=dtype or emb.dtype)
+        predictor = cls(config, model).to(device=embedding.device, dtype=dtype or embedding.dtype)
         with torch.no_grad():
-            predictor.embed.weight.copy_(emb.detach())
+            predictor.embed.weight.copy_(embedding.detach())
         return predictor.eval()
 
     @property

@@ -2,14 +2,15 @@
 
 Layout of a trace directory::
 
-    manifest.json        target (family, MoE layers, N, k), shard_size, shards, totals, complete
+    manifest.json        target (family, MoE layers, N, k), shard_size, collection (how the samples were made),
+                         shards, totals, complete
     shard-00000.npz      tokens int32 [T], offsets int64 [S+1] (sample s = tokens[offsets[s]:offsets[s+1]]),
-                         routes uint8 (int16 if N > 256) [T, L, k]
+                         routes uint8 (int16 if N > 256) [T, L, k], ids str [S] (sample ids, when given)
     ...
 
 Shard j holds samples [first_sample, first_sample + samples) of the input, in order. Every file is
 written to a temp name and renamed, shard before manifest, so a killed collection leaves only whole
-shards; a rerun skips the samples of the finished shards and continues behind them.
+shards; a rerun skips the samples of the finished shards and continues behind them (``TraceWriter.samples``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class Traces:
     num_experts: int
     top_k: int
     moe_layers: tuple[int, ...]
+    ids: list[str] | None = None  # sample ids (traces of benchmark samples), None for anonymous windows
 
     @property
     def num_samples(self) -> int:
@@ -64,7 +66,8 @@ def _write_manifest(out: Path, manifest: dict) -> None:
     _atomic_write(out / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
 
 
-def _target_meta(target) -> dict:
+def target_meta(target) -> dict:
+    """What a trace directory records about its target (and checks on resume)."""
     info = moe_info(target)
     return {
         "family": info.family,
@@ -75,20 +78,106 @@ def _target_meta(target) -> dict:
     }
 
 
-def _start_manifest(out: Path, meta: dict, shard_size: int) -> dict:
-    """The existing manifest (checked against this target and shard size), or a new empty one."""
-    path = out / MANIFEST
-    if not path.exists():
-        return {"format": FORMAT, "target": meta, "shard_size": shard_size, "shards": [], "samples": 0, "tokens": 0}
-    manifest = json.loads(path.read_text())
-    old = {k: v for k, v in manifest["target"].items() if k != "name_or_path"}
-    new = {k: v for k, v in meta.items() if k != "name_or_path"}
-    if old != new or manifest["shard_size"] != shard_size:
-        raise ValueError(
-            f"{out} holds traces of another target or shard size ({manifest['target']}, shard_size "
-            f"{manifest['shard_size']}); use a new directory"
+class TraceWriter:
+    """Appends samples to a trace directory in whole shards, resuming what a killed run left there.
+
+    `collection` describes how the samples were made (dataset, response length, ...); a directory holding
+    traces of another target, shard size or collection is refused rather than mixed.
+    """
+
+    def __init__(self, out_dir: str | Path, meta: Mapping, shard_size: int, collection: Mapping | None = None):
+        if shard_size < 1:
+            raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.manifest = self._start(dict(meta), shard_size, dict(collection or {}))
+        self.route_dtype = np.uint8 if meta["num_experts"] <= 256 else np.int16
+        self.pending: list[tuple[np.ndarray, np.ndarray, str | None]] = []
+        self.manifest["complete"] = False
+
+    def _start(self, meta: dict, shard_size: int, collection: dict) -> dict:
+        path = self.out / MANIFEST
+        if not path.exists():
+            return {
+                "format": FORMAT, "target": meta, "shard_size": shard_size, "collection": collection, "shards": [],
+                "samples": 0, "tokens": 0,
+            }  # fmt: skip
+        manifest = json.loads(path.read_text())
+        old = {k: v for k, v in manifest["target"].items() if k != "name_or_path"}
+        new = {k: v for k, v in meta.items() if k != "name_or_path"}
+        if old != new or manifest["shard_size"] != shard_size:
+            raise ValueError(
+                f"{self.out} holds traces of another target or shard size ({manifest['target']}, shard_size "
+                f"{manifest['shard_size']}); use a new directory"
+            )
+        if manifest.get("collection", {}) != collection:
+            raise ValueError(
+                f"{self.out} holds traces collected with other settings ({manifest.get('collection')}, now "
+                f"{collection}); use a new directory or delete it"
+            )
+        return manifest
+
+    @property
+    def samples(self) -> int:
+        """Samples already written (a resumed run continues with the sample after them)."""
+        return self.manifest["samples"] + len(self.pending)
+
+    def add(self, tokens: Sequence[int] | np.ndarray, routes: np.ndarray, sample_id: str | None = None) -> None:
+        """One sample: its token ids [t] and their routes [t, L, k]."""
+        ids = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        routes = np.asarray(routes).astype(self.route_dtype)
+        if routes.shape[0] != len(ids):
+            raise ValueError(f"{len(ids)} tokens but routes for {routes.shape[0]}")
+        self.pending.append((ids, routes, sample_id))
+        if len(self.pending) == self.manifest["shard_size"]:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending samples as one shard, then the manifest that lists it."""
+        if not self.pending:
+            return
+        m = self.manifest
+        tokens = np.concatenate([t for t, _, _ in self.pending])
+        routes = np.concatenate([r for _, r, _ in self.pending])
+        offsets = np.cumsum([0] + [len(t) for t, _, _ in self.pending], dtype=np.int64)
+        arrays = {"tokens": tokens, "offsets": offsets, "routes": routes}
+        if all(sid is not None for _, _, sid in self.pending):
+            arrays["ids"] = np.array([sid for _, _, sid in self.pending], dtype=np.str_)
+        name = f"shard-{len(m['shards']):05d}.npz"
+        _atomic_write(self.out / name, lambda f: np.savez(f, **arrays))
+        m["shards"].append(
+            {"file": name, "first_sample": m["samples"], "samples": len(self.pending), "tokens": len(tokens)}
         )
-    return manifest
+        m["samples"] += len(self.pending)
+        m["tokens"] += len(tokens)
+        _write_manifest(self.out, m)
+        self.pending.clear()
+
+    def close(self) -> Path:
+        """Flush and mark the directory complete."""
+        self.flush()
+        self.manifest["complete"] = True
+        _write_manifest(self.out, self.manifest)
+        return self.out
+
+
+@torch.no_grad()
+def route_batch(target, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """The routes [t, L, k] (int64) of each sequence, from one right-padded forward of the whole batch: causal
+    attention never lets a real token see the padding behind it, so each equals the sequence's own forward."""
+    lengths = [len(s) for s in sequences]
+    width = max(lengths, default=0)
+    info = moe_info(target)
+    if width == 0:
+        return [np.zeros((0, info.num_moe_layers, info.top_k), dtype=np.int64) for _ in sequences]
+    batch = torch.zeros(len(sequences), width, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        batch[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    with RoutingCapture(target) as cap:
+        target(batch.to(target.device), use_cache=False, logits_to_keep=1)
+        routes = cap.take()  # [L, B * width, k], batch-major
+    per_row = routes.view(routes.shape[0], len(sequences), width, -1).permute(1, 2, 0, 3).numpy()  # [B, width, L, k]
+    return [per_row[row, :n] for row, n in enumerate(lengths)]
 
 
 @torch.no_grad()
@@ -98,49 +187,20 @@ def collect_traces(
     out_dir: str | Path,
     shard_size: int = 256,
     progress: bool = False,
+    batch_size: int = 1,
 ) -> Path:
     """Run `target` over each sample (a list of token ids) and store its routing, resuming a
-    previous run in `out_dir` (samples already in finished shards are skipped, not recomputed)."""
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = _target_meta(target)
-    manifest = _start_manifest(out, meta, shard_size)
-    num_layers, k = len(meta["moe_layers"]), meta["top_k"]
-    route_dtype = np.uint8 if meta["num_experts"] <= 256 else np.int16
-    samples: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def flush() -> None:
-        tokens = np.concatenate([t for t, _ in samples])
-        routes = np.concatenate([r for _, r in samples])
-        offsets = np.cumsum([0] + [len(t) for t, _ in samples], dtype=np.int64)
-        name = f"shard-{len(manifest['shards']):05d}.npz"
-        _atomic_write(out / name, lambda f: np.savez(f, tokens=tokens, offsets=offsets, routes=routes))
-        entry = {"file": name, "first_sample": manifest["samples"], "samples": len(samples), "tokens": len(tokens)}
-        manifest["shards"].append(entry)
-        manifest["samples"] += len(samples)
-        manifest["tokens"] += len(tokens)
-        _write_manifest(out, manifest)
-        samples.clear()
-
-    manifest["complete"] = False
-    todo = itertools.islice(sequences, manifest["samples"], None)
-    with RoutingCapture(target) as cap:
-        for seq in tqdm(todo, desc="traces", disable=not progress, initial=manifest["samples"]):
-            ids = np.asarray(seq, dtype=np.int32).reshape(-1)
-            routes = np.zeros((0, num_layers, k), dtype=route_dtype)
-            if len(ids):
-                target(torch.from_numpy(ids).long()[None].to(target.device), use_cache=False, logits_to_keep=1)
-                routes = cap.take().transpose(0, 1).numpy().astype(route_dtype)  # [T, L, k]
-            samples.append((ids, routes))
-            if len(samples) == shard_size:
-                flush()
-    if samples:
-        flush()
-    manifest["complete"] = True
-    _write_manifest(out, manifest)
-    return out
+    previous run in `out_dir` (samples already in finished shards are skipped, not recomputed).
+    `batch_size` samples share one right-padded forward."""
+    writer = TraceWriter(out_dir, target_meta(target), shard_size)
+    todo = itertools.islice(sequences, writer.samples, None)
+    bar = tqdm(desc="traces", disable=not progress, initial=writer.samples)
+    while batch := list(itertools.islice(todo, batch_size)):
+        for seq, routes in zip(batch, route_batch(target, batch), strict=True):
+            writer.add(seq, routes)
+        bar.update(len(batch))
+    bar.close()
+    return writer.close()
 
 
 def load_traces(trace_dir: str | Path) -> Traces:
@@ -150,12 +210,13 @@ def load_traces(trace_dir: str | Path) -> Traces:
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{d / MANIFEST} is not an ecospec routing-trace manifest")
     meta = manifest["target"]
-    tokens, routes, offsets, start = [], [], [np.zeros(1, dtype=np.int64)], 0
+    tokens, routes, offsets, ids, start = [], [], [np.zeros(1, dtype=np.int64)], [], 0
     for shard in manifest["shards"]:
         with np.load(d / shard["file"]) as z:
             tokens.append(z["tokens"])
             routes.append(z["routes"])
             offsets.append(z["offsets"][1:] + start)
+            ids.append(z["ids"].tolist() if "ids" in z.files else None)
         start += len(tokens[-1])
     k, num_layers = meta["top_k"], len(meta["moe_layers"])
     dtype = np.uint8 if meta["num_experts"] <= 256 else np.int16
@@ -166,4 +227,5 @@ def load_traces(trace_dir: str | Path) -> Traces:
         num_experts=meta["num_experts"],
         top_k=k,
         moe_layers=tuple(meta["moe_layers"]),
+        ids=[i for part in ids for i in part] if ids and all(part is not None for part in ids) else None,
     )

@@ -1,25 +1,37 @@
 """Train Π_θ on routing traces: layer-wise cross-entropy against uniform top-k targets (eq. 5-6).
 
-Samples are split 80/20 (seeded, by sample) into train and held-out; each train sample is cut into
-windows of `window` tokens that are trained causal-LM style (every position supervised). Held-out
-top-k accuracy is evaluated every `eval_every` steps; checkpoints are saved every `checkpoint_every`
-steps, the first time the accuracy reaches each of `checkpoint_at_accuracy` (paper Table 9: ~50 %,
-~60 %, converged), and at the end. Each checkpoint's config.json records its step and accuracy.
+Samples are split 80/20 into train and held-out (an explicit split, e.g. the benchmarks' by-id split of
+`ecospec.data.split`, or a seeded random one); each train sample is cut into windows of `window` tokens that are
+trained causal-LM style (every position supervised). Held-out top-k accuracy is evaluated every `eval_every`
+steps; checkpoints are saved every `checkpoint_every` steps, the first time the accuracy reaches each of
+`checkpoint_at_accuracy` (paper Table 9: ~50 %, ~60 %, converged), and at the end. Each checkpoint's config.json
+records its step and accuracy.
+
+With `resume=True` the run also keeps its whole state (weights, Adam moments, data order, RNG, summary so far)
+in `out_dir/resume/` every `save_every_s` seconds, so a killed run continues from there and ends with exactly
+the weights of an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ecospec.cache import digest
 from ecospec.predictor.accuracy import topk_overlap
 from ecospec.predictor.model import ExpertPredictor
 from ecospec.predictor.traces import Traces, load_traces
+
+RESUME = "resume"
 
 
 @dataclass
@@ -28,6 +40,7 @@ class Checkpoint:
     step: int
     accuracy: float  # held-out top-k accuracy at that step
     reason: str  # "every", "accuracy>=0.5", "final"
+    name: str = ""  # its directory name under out_dir
 
 
 @dataclass
@@ -38,6 +51,8 @@ class TrainSummary:
     train_samples: list[int] = field(default_factory=list)
     test_samples: list[int] = field(default_factory=list)
     chance: float = 0.0  # accuracy of a random expert set: k / N
+    layer_accuracy: list[float] = field(default_factory=list)  # held-out accuracy per MoE layer, at the end
+    resumed_at: list[int] = field(default_factory=list)  # steps at which a killed run was resumed
 
     @property
     def final_accuracy(self) -> float:
@@ -83,18 +98,50 @@ def routing_loss(logits: torch.Tensor, routes: torch.Tensor, valid: torch.Tensor
 
 
 @torch.no_grad()
-def evaluate(predictor: ExpertPredictor, traces: Traces, spans: list[tuple[int, int]], batch_size: int = 16) -> float:
-    """Held-out top-k accuracy (mean overlap / k over tokens and MoE layers) of `spans`."""
+def evaluate_layers(
+    predictor: ExpertPredictor, traces: Traces, spans: list[tuple[int, int]], batch_size: int = 16
+) -> list[float]:
+    """Held-out top-k accuracy (mean overlap / k over tokens) of `spans`, per MoE layer."""
     was_training = predictor.training
     predictor.eval()
-    total, count = 0.0, 0
+    total = torch.zeros(traces.routes.shape[1], dtype=torch.float64)
+    count = 0
     for i in range(0, len(spans), batch_size):
         ids, routes, valid = _batch(traces, spans[i : i + batch_size], predictor.device)
         overlap = topk_overlap(predictor(ids), routes, traces.top_k)  # [B, T, L]
-        total += float(overlap[valid].sum())
-        count += int(valid.sum()) * overlap.shape[-1]
+        total += overlap[valid].sum(dim=0).cpu()
+        count += int(valid.sum())
     predictor.train(was_training)
-    return total / max(count, 1)
+    return (total / max(count, 1)).tolist()
+
+
+def evaluate(predictor: ExpertPredictor, traces: Traces, spans: list[tuple[int, int]], batch_size: int = 16) -> float:
+    """Held-out top-k accuracy (mean overlap / k over tokens and MoE layers) of `spans`."""
+    return float(np.mean(evaluate_layers(predictor, traces, spans, batch_size)))
+
+
+def _levels(checkpoint_at_accuracy: Mapping[str, float] | tuple[float, ...]) -> list[tuple[str, float]]:
+    """(checkpoint name, accuracy level) by level; a bare level is named `acc-0.50`."""
+    if isinstance(checkpoint_at_accuracy, Mapping):
+        pairs = [(str(k), float(v)) for k, v in checkpoint_at_accuracy.items()]
+    else:
+        pairs = [(f"acc-{x:.2f}", float(x)) for x in checkpoint_at_accuracy]
+    return sorted(pairs, key=lambda p: p[1])
+
+
+def _save_dir(out: Path, name: str, write: Callable[[Path], None]) -> Path:
+    """Write a directory atomically: into a temp sibling, then swapped in for the old one."""
+    final = out / name
+    tmp = out / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    if final.exists():
+        old = out / f".{name}.old-{os.getpid()}"
+        os.rename(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.rename(tmp, final)
+    return final
 
 
 def train_predictor(
@@ -108,20 +155,29 @@ def train_predictor(
     window: int = 256,
     out_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
-    checkpoint_at_accuracy: tuple[float, ...] = (),
+    checkpoint_at_accuracy: Mapping[str, float] | tuple[float, ...] = (),
     eval_every: int | None = None,
     test_fraction: float = 0.2,
     seed: int = 0,
     max_grad_norm: float = 1.0,
+    split: tuple[list[int], list[int]] | None = None,
+    resume: bool = False,
+    save_every_s: float = 900.0,
+    on_step: Callable[[int, int, float, float | None], None] | None = None,
 ) -> TrainSummary:
     """Adam on the routing loss for `steps` optimizer steps (or `epochs` passes over the train
     windows); paper defaults lr 1e-5, batch 16. Returns losses, held-out accuracies and checkpoints
-    (also written to `out_dir`/summary.json). `eval_every` defaults to 1/20 of the run."""
+    (also written to `out_dir`/summary.json). `eval_every` defaults to 1/20 of the run.
+
+    `split`: explicit (train, held-out) sample indices (default: a seeded random `test_fraction` split).
+    `checkpoint_at_accuracy`: levels, or {checkpoint name: level}. `resume`: keep and continue from
+    `out_dir/resume/` (see the module docstring). `on_step(step, steps, loss, accuracy or None)` after each step.
+    """
     if isinstance(traces, str | Path):
         traces = load_traces(traces)
     if (steps is None) == (epochs is None):
         raise ValueError("pass exactly one of steps and epochs")
-    if (checkpoint_every or checkpoint_at_accuracy) and out_dir is None:
+    if (checkpoint_every or checkpoint_at_accuracy or resume) and out_dir is None:
         raise ValueError("checkpoints need out_dir")
     cfg = predictor.config
     if (traces.routes.shape[1], traces.num_experts, traces.top_k) != (cfg.num_moe_layers, cfg.num_experts, cfg.top_k):
@@ -129,28 +185,70 @@ def train_predictor(
             f"traces have L={traces.routes.shape[1]}, N={traces.num_experts}, k={traces.top_k}; the predictor "
             f"L={cfg.num_moe_layers}, N={cfg.num_experts}, k={cfg.top_k}"
         )
-    train_ids, test_ids = split_samples(traces.num_samples, test_fraction, seed)
+    train_ids, test_ids = split if split is not None else split_samples(traces.num_samples, test_fraction, seed)
     train_spans, test_spans = windows(traces, train_ids, window), windows(traces, test_ids, window)
     if not train_spans or not test_spans:
         raise ValueError(f"need tokens in both splits (train {len(train_spans)}, held-out {len(test_spans)} windows)")
     if steps is None:
         steps = max(1, math.ceil(epochs * math.ceil(len(train_spans) / batch_size)))
     eval_every = eval_every or max(1, steps // 20)
-    summary = TrainSummary(train_samples=train_ids, test_samples=test_ids, chance=cfg.top_k / cfg.num_experts)
+    summary = TrainSummary(
+        train_samples=list(train_ids), test_samples=list(test_ids), chance=cfg.top_k / cfg.num_experts
+    )
     out = Path(out_dir) if out_dir is not None else None
-    pending = sorted(checkpoint_at_accuracy)
+    pending = _levels(checkpoint_at_accuracy)
 
     def save(name: str, step: int, acc: float, reason: str) -> None:
-        path = predictor.save(out / name, info={"step": step, "heldout_topk_accuracy": acc, "reason": reason})
-        summary.checkpoints.append(Checkpoint(str(path), step, acc, reason))
+        info = {"step": step, "heldout_topk_accuracy": acc, "reason": reason}
+        path = _save_dir(out, name, lambda d: predictor.save(d, info=info))
+        summary.checkpoints.append(Checkpoint(str(path), step, acc, reason, name))
 
     params = [p for p in predictor.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    summary.evals.append((0, evaluate(predictor, traces, test_spans, batch_size)))
     order: list[int] = []
+    step = 0
+    # what the resume state must agree on: the data, the split and every knob that shapes the run
+    key = digest(
+        {"tokens": len(traces.tokens), "samples": traces.num_samples, "train": train_ids, "test": test_ids,
+         "steps": steps, "lr": lr, "batch": batch_size, "window": window, "seed": seed, "levels": pending,
+         "every": checkpoint_every, "eval_every": eval_every, "config": asdict(cfg),
+         "backbone": predictor.backbone.config.to_dict()}, 16,
+    )  # fmt: skip
+    state_dir = out / RESUME if resume else None
+    if state_dir is not None and (state_dir / "state.json").is_file():
+        state = json.loads((state_dir / "state.json").read_text())
+        if state["key"] != key:
+            raise ValueError(
+                f"{state_dir} holds the state of a run with other data or settings; delete it to start afresh"
+            )
+        predictor.load_state_dict(ExpertPredictor.load(state_dir / "model", device=predictor.device).state_dict())
+        opt.load_state_dict(torch.load(state_dir / "optimizer.pt", map_location=predictor.device, weights_only=True))
+        gen.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        order, step, pending = state["order"], state["step"], [tuple(p) for p in state["pending"]]
+        s = state["summary"]
+        summary.losses, summary.evals = s["losses"], [tuple(e) for e in s["evals"]]
+        summary.checkpoints = [Checkpoint(**c) for c in s["checkpoints"]]
+        summary.resumed_at = s["resumed_at"] + [step]
+    else:
+        summary.evals.append((0, evaluate(predictor, traces, test_spans, batch_size)))
+
+    def save_state() -> None:
+        def write(d: Path) -> None:
+            predictor.save(d / "model")
+            torch.save(opt.state_dict(), d / "optimizer.pt")
+            s = {"losses": summary.losses, "evals": summary.evals, "resumed_at": summary.resumed_at,
+                 "checkpoints": [asdict(c) for c in summary.checkpoints]}  # fmt: skip
+            state = {"key": key, "step": step, "order": order, "pending": pending, "summary": s,
+                     "generator": gen.get_state().tolist()}  # fmt: skip
+            (d / "state.json").write_text(json.dumps(state))
+
+        _save_dir(out, RESUME, write)
+
+    last_save = time.monotonic()
     predictor.train()
-    for step in range(1, steps + 1):
+    while step < steps:
+        step += 1
         if not order:
             order = torch.randperm(len(train_spans), generator=gen).tolist()
         chosen, order = order[:batch_size], order[batch_size:]
@@ -163,19 +261,27 @@ def train_predictor(
         summary.losses.append(loss.item())
 
         every = checkpoint_every is not None and step % checkpoint_every == 0
-        if step % eval_every and not every and step != steps:
-            continue
-        acc = evaluate(predictor, traces, test_spans, batch_size)
-        summary.evals.append((step, acc))
-        if every:
-            save(f"step-{step:07d}", step, acc, "every")
-        while pending and acc >= pending[0]:
-            save(f"acc-{pending[0]:.2f}", step, acc, f"accuracy>={pending[0]}")
-            pending.pop(0)
+        acc = None
+        if not step % eval_every or every or step == steps:
+            acc = evaluate(predictor, traces, test_spans, batch_size)
+            summary.evals.append((step, acc))
+            if every:
+                save(f"step-{step:07d}", step, acc, "every")
+            while pending and acc >= pending[0][1]:
+                name, level = pending.pop(0)
+                save(name, step, acc, f"accuracy>={level}")
+        if on_step is not None:
+            on_step(step, steps, summary.losses[-1], acc)
+        if state_dir is not None and step < steps and time.monotonic() - last_save >= save_every_s:
+            save_state()
+            last_save = time.monotonic()
     predictor.eval()
     predictor.reset()
+    summary.layer_accuracy = evaluate_layers(predictor, traces, test_spans, batch_size)
     if out is not None:
         save("final", steps, summary.final_accuracy, "final")
         record = asdict(summary) | {"final_accuracy": summary.final_accuracy}
         (out / "summary.json").write_text(json.dumps(record, indent=2))
+        if state_dir is not None:
+            shutil.rmtree(state_dir, ignore_errors=True)
     return summary

@@ -3,7 +3,7 @@ metrics, so the index can count them). A corrupt or partial file is skipped with
 
 Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
-max_new_tokens, num_prompts, seed), selector, drafter (the kind used: `default` resolved to the model's),
+max_new_tokens, num_prompts, split, seed), selector, drafter (the kind used: `default` resolved to the model's),
 drafter_path, predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha,
 E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens,
 steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify,
@@ -26,7 +26,7 @@ import pandas as pd
 from ecospec.experiment.records import RESULT, SCHEMA
 
 AXES = (
-    "temperature", "top_p", "gamma", "depth", "topk", "batch_size", "max_new_tokens", "num_prompts", "seed",
+    "temperature", "top_p", "gamma", "depth", "topk", "batch_size", "max_new_tokens", "num_prompts", "split", "seed",
 )  # fmt: skip
 SUMMARY = (
     "alpha", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s", "tokens",
@@ -151,6 +151,7 @@ def _row(rec: dict, path: Path) -> dict:
         "method": method.get("name"),
         "dataset": cfg["dataset"].get("name"),
         **{k: cfg.get(k) for k in AXES},
+        "split": cfg.get("split") or "all",  # records from before the split knob ran on every prompt
         "selector": method.get("selector"),
         "drafter": drafter,
         "drafter_path": drafter_cfg.get("path"),
@@ -199,6 +200,8 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
     file that could not be read, already warned about)."""
     rows, skipped, newest = [], [], {}
     for rec, path in records:
+        if isinstance(rec, dict) and rec.get("kind", "cell") != "cell":
+            continue  # a traces or predictor job's record: not a cell of any table
         problem = "unreadable" if rec is None else _problem(rec)
         if problem:
             if rec is not None:

@@ -3,7 +3,8 @@ DataFrame out, with the paper's value beside ours (a `paper` row under each `our
 
 A table frame has label columns (Model, T, Method, ..., Source) and numeric columns named "<group> <metric>"
 or "<metric>" (e.g. "GSM8K speedup", "Avg E", "t_verify_s"); `write.py` formats them, NaN shows as "—".
-Which records feed a table: status ok, the paper's main settings (`MAIN`: γ=4, depth 3, top-2, B=1) except
+Which records feed a table: status ok, the held-out split where a model has it (the paper's protocol), the paper's
+main settings (`MAIN`: γ=4, depth 3, top-2, B=1) except
 the axis the table sweeps, and each model's standard drafter and predictor checkpoints (conf/model; Table 5
 takes the other drafter checkpoints, Table 9 every predictor checkpoint). When several records fit one cell
 (reruns), the newest is taken. The "baseline" is the model's own SD baseline: confidence selection with
@@ -79,6 +80,11 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     defaults = {**infer_defaults(frame), **(defaults or {})}
     heavy = ["expert_load", "experts_by_layer", "trace", "cell", "cell_id"]  # no table reads them; filters copy less
     df = frame.loc[frame["status"] == "ok", [c for c in frame.columns if c not in heavy]].copy()
+    # the paper's protocol: evaluations on the held-out 20 % (data.split); a model's split=all records only count
+    # when it has no held-out ones (e.g. records from before the split knob)
+    if "split" in df.columns:
+        held = set(df.loc[df["split"] == "heldout", "model"])
+        df = df[(df["split"] == "heldout") | ~df["model"].isin(held)]
     df["role"] = df["selector"].map(SELECTOR_ROLES).where(df["drafter"].notna(), "ar")
     df = df[df["role"].notna()]
     d = pd.DataFrame(

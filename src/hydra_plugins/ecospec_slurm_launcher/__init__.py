@@ -1,0 +1,85 @@
+"""Hydra launcher `ecospec_slurm`: hydra-submitit-launcher's Slurm launcher (one job array per sweep), plus what
+chaining stages with Slurm job dependencies needs (`make paper`: traces -> predictor -> Table 1 -> tables):
+
+- `after` (a top-level knob, not part of any cell): Slurm job ids the array waits for (`--dependency=afterok:`).
+- `hydra.launcher.wait` (default true): wait for the array as hydra-submitit-launcher does; false submits it and
+  returns at once, writing `<sweep dir>/submitted.json` ({"array_job_id", "job_ids", "jobs"}) for the next stage.
+
+No `from __future__ import annotations` here: Hydra executes plugin modules outside sys.modules, where
+dataclasses cannot resolve string annotations.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Sequence  # noqa: UP035 - OmegaConf structured configs need typing generics
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+SUBMITTED = "submitted.json"
+
+
+@dataclass
+class EcospecSlurmConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.ecospec_slurm_launcher.EcospecSlurmLauncher"
+    wait: bool = True
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="ecospec_slurm", node=EcospecSlurmConf, provider="ecospec")
+
+
+class EcospecSlurmLauncher(SlurmLauncher):
+    def __init__(self, wait: bool = True, **params: Any) -> None:
+        super().__init__(**params)
+        self.wait = wait
+
+    def _executor(self):
+        """A submitit Slurm executor with this launcher's parameters (generic ones by name, the rest slurm_*)."""
+        import submitit
+
+        p = dict(self.params)
+        after = self.config.get("after") if self.config is not None else None
+        if after:
+            extra = dict(p.get("additional_parameters") or {})
+            extra["dependency"] = f"afterok:{after}"
+            p["additional_parameters"] = extra
+        executor = submitit.AutoExecutor(
+            folder=p.pop("submitit_folder"), cluster="slurm", slurm_max_num_timeout=p.pop("max_num_timeout", 0)
+        )
+        generic = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in generic else f"slurm_{k}": v for k, v in p.items()})
+        return executor
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:  # noqa: UP006
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        args: List[tuple] = []  # noqa: UP006
+        for i, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + i
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        jobs = self._executor().map_array(self, *zip(*args, strict=True))
+        if self.wait:
+            return [job.results()[0] for job in jobs]
+        array = jobs[0].job_id.split("_")[0]
+        submitted = {
+            "array_job_id": array,
+            "job_ids": [job.job_id for job in jobs],
+            "jobs": [" ".join(filter_overrides(o)) for o in job_overrides],
+            "after": None if self.config.get("after") is None else str(self.config.get("after")),
+        }
+        (sweep_dir / SUBMITTED).write_text(json.dumps(submitted, indent=1))
+        print(f"submitted Slurm job array {array} ({len(jobs)} tasks): {sweep_dir / SUBMITTED}", flush=True)
+        returns = []
+        for overrides in job_overrides:
+            ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+            ret.return_value = "submitted"
+            returns.append(ret)
+        return returns
