@@ -158,6 +158,8 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     if d.get("force"):
         shutil.rmtree(root, ignore_errors=True)
     torch.manual_seed(t["seed"])
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls for the fp32 predictor (the README's estimate)
     dtype = torch.float32 if embedding.dtype in (torch.bfloat16, torch.float16) else embedding.dtype
     predictor = ExpertPredictor.create(info, embedding.to(dtype), model["predictor"]["backbone"]).to(device)
     bar = tqdm(desc=f"predictor {model['name']}", unit="step", disable=not d.get("progress", True))
