@@ -207,7 +207,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
 
     target, draft = models64(preset)
     oracle, chosen, verified = [], [], []
-    real_oracle, real_select, real_unique = loop._oracle_experts, loop.select, loop.unique_per_layer
+    real_oracle, real_select, real_counts = loop._oracle_experts, loop.select, loop.expert_counts
 
     def spy_oracle(*args):
         out = real_oracle(*args)
@@ -219,13 +219,13 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         chosen.append(out)
         return out
 
-    def spy_unique(routes, n):
+    def spy_counts(routes, n):  # the verify pass's routes
         verified.append(expert_bitmasks(routes, n))
-        return real_unique(routes, n)
+        return real_counts(routes, n)
 
     monkeypatch.setattr(loop, "_oracle_experts", spy_oracle)
     monkeypatch.setattr(loop, "select", spy_select)
-    monkeypatch.setattr(loop, "unique_per_layer", spy_unique)
+    monkeypatch.setattr(loop, "expert_counts", spy_counts)
     ids = prompt(20, target.config.vocab_size, seed=13)
     ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
                      gamma=4, max_new_tokens=16, eos_token_id=[])  # fmt: skip
@@ -246,3 +246,35 @@ def test_recurrent_drafter_levels_and_visibility():
     assert missing_levels(tree, [d], done={a: None, c: None}) == [[d]]
     vis = level_visibility(tree, [c], cached_nodes=[a, b], committed=3)
     assert vis.tolist() == [[True, True, True, True, False, True]]  # committed, a (parent) not b, itself
+
+
+def test_adaptive_draft_stop_ends_the_tree_at_the_first_unconfident_level():
+    """grow_tree(stop=...) keeps the level whose best child falls below `stop`, then drafts no further."""
+    calls = []
+
+    def expand(tree, beam, k):
+        calls.append(len(tree))
+        p = 0.9 if len(calls) == 1 else 0.3  # level 2 is confident, level 3 is not
+        return torch.log(torch.tensor([[p]] * len(beam))), torch.tensor([[7 + len(calls)]] * len(beam))
+
+    root = (torch.log(torch.tensor([0.8])), torch.tensor([5]))
+    assert len(grow_tree(*root, expand, depth=6)) == 6 and len(calls) == 5  # off: the fixed tree
+    calls.clear()
+    tree = grow_tree(*root, expand, depth=6, stop=0.5)
+    assert tree.tokens == [5, 8, 9] and tree.depths == [1, 2, 3] and len(calls) == 2
+    calls.clear()
+    assert len(grow_tree(*root, expand, depth=6, stop=0.85)) == 1 and not calls  # the root's child is below
+
+
+def test_adaptive_draft_stop_is_lossless(models64):
+    target, draft = models64("mixtral-a", 0.05)
+    ids = prompt(10, target.config.vocab_size, seed=9)
+    ar = ecospec.generate(target, ids, max_new_tokens=24, eos_token_id=[])
+    run = dict(drafter=DraftModelDrafter(draft), gamma=6, depth=5, topk=1, max_new_tokens=24, eos_token_id=[])
+    fixed = ecospec.generate(target, ids, **run)
+    stopped = ecospec.generate(target, ids, draft_stop=0.6, **run)
+    assert stopped.tokens == fixed.tokens == ar.tokens
+    assert sum(s.verified for s in stopped.steps) < sum(s.verified for s in fixed.steps)
+    assert [s.verified for s in ecospec.generate(target, ids, draft_stop=0.0, **run).steps] == [
+        s.verified for s in fixed.steps
+    ]

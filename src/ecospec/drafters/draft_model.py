@@ -55,14 +55,16 @@ class DraftModelDrafter:
         c, s, b = self.committed, len(self.slot_pos), len(beam)
         root_pos = c - 1
         qpos = [root_pos + tree.depths[n] for n in beam]
-        vis = torch.zeros(b, c + s + b, dtype=torch.bool)
-        vis[:, :c] = True
+        rows = []  # per beam node: which tree slots it sees (its ancestors, beam nodes of earlier levels, and itself)
         for row, node in enumerate(beam):
+            seen = [False] * (s + b)
             anc = tree.parents[node]
             while anc >= 0:
-                vis[row, c + self.slots[anc]] = True  # ancestors of beam nodes were beam nodes
+                seen[self.slots[anc]] = True
                 anc = tree.parents[anc]
-            vis[row, c + s + row] = True
+            seen[s + row] = True
+            rows.append(seen)
+        vis = torch.cat([torch.ones(b, c, dtype=torch.bool), torch.tensor(rows, dtype=torch.bool)], dim=1)
         for row, node in enumerate(beam):
             self.slots[node] = s + row
         self.slot_pos.extend(qpos)

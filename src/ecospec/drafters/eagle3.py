@@ -134,9 +134,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        work = x if dtype == torch.float64 else x.float()
-        work = work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * work.to(dtype)
+        work = x if dtype == torch.float64 else x.float()  # normalised in float32 (float64 stays float64)
+        return self.weight * F.rms_norm(work, (work.shape[-1],), None, self.eps).to(dtype)
 
 
 def _rope_frequencies(config: Eagle3Config) -> tuple[torch.Tensor, float]:
@@ -205,12 +204,28 @@ class _Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.inv_freq, self.rope_scale = _rope_frequencies(config)  # plain tensors: never cast to bf16
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, head_dim] (a cache)
+
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [q, head_dim] at `positions`, from a table computed once in float64 (per device and
+        dtype; it doubles when a position is past its end), not per call: drafting calls this every level."""
+        top = int(positions.max()) + 1
+        cached = self._rope
+        if (
+            cached is None
+            or cached[0].shape[0] < top
+            or cached[0].dtype != dtype
+            or cached[0].device != positions.device
+        ):
+            n = max(top, 2 * (cached[0].shape[0] if cached is not None else 0), 256)
+            freqs = torch.arange(n, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
+            emb = torch.cat([freqs, freqs], dim=-1)
+            table = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+            self._rope = cached = tuple(t.to(device=positions.device, dtype=dtype) for t in table)
+        return cached[0][positions], cached[1][positions]
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        freqs = positions.to(torch.float64)[:, None] * self.inv_freq.to(positions.device)[None, :]
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)
+        cos, sin = self._cos_sin(positions, x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin

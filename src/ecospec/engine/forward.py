@@ -67,8 +67,10 @@ def forward_block(
     expert predictor's backbone). Returns the HF output (logits, and hidden_states when `hidden`).
     """
     dtype = model.dtype
+    additive = model.config._attn_implementation == "eager"  # eager adds the mask; SDPA takes a bool one as is
     masks = {
-        t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=True) for t, w in layout.windows.items()
+        t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=additive)
+        for t, w in layout.windows.items()
     }
     mask = masks if layout.by_type else next(iter(masks.values()))
     inputs = {"input_ids": tokens} if embeds is None else {"inputs_embeds": embeds}

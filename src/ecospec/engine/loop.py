@@ -13,7 +13,7 @@ import torch
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace
-from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts, unique_per_layer
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
 from ecospec.models.adapters import moe_info
 from ecospec.selection import POLICIES, select
@@ -73,11 +73,13 @@ def generate(
     top_p: float = 1.0,
     eos_token_id: int | list[int] | None = None,
     trace: bool = False,
+    draft_stop: float | None = None,
 ) -> GenerateResult:
     """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API).
 
     `trace=True` keeps each verify pass's block (tokens, parents, depths), accepted path and routes in
-    `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step)."""
+    `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step). `draft_stop`: adaptive
+    drafting (off by default), see `grow_tree`."""
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     info = moe_info(target)
     layout = attention_layout(target.config)
@@ -120,7 +122,7 @@ def generate(
             tree = DraftTree()
             if drafter is not None:
                 root_logp, root_ids = drafter.begin(new_tokens, hidden_new, topk)
-                tree = grow_tree(root_logp, root_ids, drafter.expand, depth)
+                tree = grow_tree(root_logp, root_ids, drafter.expand, depth, draft_stop)
             t_drafted = _now(device)
 
             # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
@@ -150,7 +152,8 @@ def generate(
                 target, layout, cache, torch.tensor([block_tokens], device=device), qpos, kpos, vis, hidden=bool(feats)
             )
             routes = cap.take()
-            load += expert_counts(routes, info.num_experts)
+            counts = expert_counts(routes, info.num_experts)  # [L, N]: this pass's load, and its unique experts
+            load += counts
             logits = res.logits[0].float()
             if temperature == 0:
                 path, bonus = accept_greedy(block_tokens, block_parents, logits)
@@ -170,7 +173,7 @@ def generate(
                 StepStats(
                     accepted=len(produced),
                     verified=q,
-                    experts=unique_per_layer(routes, info.num_experts).tolist(),
+                    experts=(counts > 0).sum(dim=1).tolist(),
                     t_pred=t_predicted - t_drafted,
                     t_draft=t_drafted - t_start,
                     t_select=t_selected - t_predicted,

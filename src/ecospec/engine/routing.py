@@ -57,7 +57,8 @@ class RoutingCapture:
         if not self._buffers[0]:
             k = int(getattr(self.routers[0], "top_k", 0))
             return torch.empty(len(self.routers), 0, k, dtype=torch.long, device=device)
-        routes = torch.stack([torch.cat(buf, dim=0) for buf in self._buffers]).long()
+        per_layer = [buf[0] if len(buf) == 1 else torch.cat(buf, dim=0) for buf in self._buffers]
+        routes = torch.stack(per_layer).long()
         self.clear()
         return routes if device is None else routes.to(device)
 

@@ -45,26 +45,35 @@ class DraftTree:
 Expand = Callable[[DraftTree, list[int], int], tuple[torch.Tensor, torch.Tensor]]
 
 
-def grow_tree(root_logp: torch.Tensor, root_ids: torch.Tensor, expand: Expand, depth: int) -> DraftTree:
+def grow_tree(
+    root_logp: torch.Tensor, root_ids: torch.Tensor, expand: Expand, depth: int, stop: float | None = None
+) -> DraftTree:
     """Grow a draft tree with `depth` drafter forwards (the first one produced root_logp/root_ids).
 
     Level 1 = the top-k children of the root. Each further forward expands the current beam (the k
     best nodes of the previous level by P); every child enters the pool, the best k form the next beam.
-    Pool size: k + (depth - 1) * k^2.
+    Pool size: k + (depth - 1) * k^2. `stop` (adaptive drafting, off by default: the paper's trees are
+    fixed): no further level once the newest level's most probable child has a conditional probability
+    below `stop` (the level itself is kept), as transformers' assisted generation stops its draft.
     """
     tree = DraftTree()
-    for lp, tok in zip(root_logp.tolist(), root_ids.tolist(), strict=True):
+    root_lp = root_logp.tolist()
+    for lp, tok in zip(root_lp, root_ids.tolist(), strict=True):
         tree.add(tok, -1, math.exp(lp))
     beam = list(range(len(tree)))
     topk = len(beam)
+    confident = stop is None or math.exp(max(root_lp)) >= stop
     for _ in range(depth - 1):
+        if not confident:
+            break
         logp, ids = expand(tree, beam, topk)
-        parent_p = torch.tensor([tree.probs[b] for b in beam], dtype=torch.float64)
-        child_p = parent_p[:, None] * logp.double().exp()
+        cond = logp.double().exp()
+        confident = stop is None or float(cond.max()) >= stop
+        child_p = cond.tolist()
         children = []
-        for row, parent in enumerate(beam):
-            for col in range(ids.shape[1]):
-                children.append(tree.add(int(ids[row, col]), parent, float(child_p[row, col])))
+        for row, (parent, toks) in enumerate(zip(beam, ids.tolist(), strict=True)):
+            for col, tok in enumerate(toks):
+                children.append(tree.add(tok, parent, tree.probs[parent] * child_p[row][col]))
         order = sorted(children, key=lambda i: (-tree.probs[i], i))
         beam = order[:topk]
     return tree
@@ -78,15 +87,14 @@ def tree_positions(depths: list[int], prefix_len: int, device: torch.device | No
 def ancestor_mask(parents: list[int], device: torch.device | None = None) -> torch.Tensor:
     """Bool [n+1, n+1] over root + nodes (given in an order where parents precede children):
     entry (q, k) is True when k is q itself or one of its ancestors. `parents` index into the same
-    node list (-1 = root)."""
+    node list (-1 = root). Built as Python rows and turned into a tensor once: it runs every step."""
     n = len(parents) + 1
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    mask[:, 0] = True
+    rows = [[True] + [False] * (n - 1)]
     for i, p in enumerate(parents, start=1):
-        if p >= 0:
-            mask[i] = mask[p + 1]
-        mask[i, i] = True
-    return mask.to(device) if device is not None else mask
+        row = list(rows[p + 1]) if p >= 0 else list(rows[0])
+        row[i] = True
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.bool, device=device)
 
 
 def missing_levels(tree: DraftTree, beam: list[int], done) -> list[list[int]]:
