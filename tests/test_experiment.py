@@ -238,9 +238,32 @@ def test_deepseek_mtp_cell_is_lossless(cell):
 def test_ar_baseline_is_reused_from_the_cache(cell):
     ar_cfg, ar_dir = cell("method=ar")
     ar = run_cell(ar_cfg, ar_dir)
-    cfg, cell_dir = cell("method=eagle3")
+    cfg, cell_dir = cell("method=eagle3", "ar_baseline=cached")
     rec = run_cell(cfg, cell_dir)
     assert rec["summary"]["ar_tokens_per_s"] == ar["summary"]["tokens_per_s"]
+
+
+def test_ar_baseline_interleaved_on_cpu_by_default(cell, monkeypatch):
+    """On a CPU each prompt is decoded by AR right after the method, in the same job: the speedup is one run's."""
+    import ecospec.experiment.cell as cell_mod
+
+    order = []
+    real = cell_mod._decode_prompt
+
+    def spy(comp, p, cfg, progress, method, trace_left):
+        order.append((method["name"], p.id))
+        return real(comp, p, cfg, progress, method, trace_left)
+
+    monkeypatch.setattr(cell_mod, "_decode_prompt", spy)
+    cached_cfg, cached_dir = cell("method=ar")
+    cached = run_cell(cached_cfg, cached_dir)
+    cfg, cell_dir = cell("method=eagle3")
+    order.clear()
+    rec = run_cell(cfg, cell_dir)
+    ids = [r["id"] for r in rec["prompts"]]
+    assert order == [(m, i) for i in ids for m in ("eagle3", "ar")]  # not the cached AR record
+    assert rec["summary"]["ar_tokens_per_s"] != cached["summary"]["tokens_per_s"]
+    assert rec["summary"]["matches_ar"] == 1.0
 
 
 def test_failed_cell_is_recorded_and_never_overwrites_an_ok_record(cell):
@@ -313,3 +336,16 @@ def test_multirun_isolates_failures_and_prints_the_table(tmp_path):
     assert records[1]["status"] == "failed" and records[4]["status"] == "ok"
     table = out.stdout[out.stdout.index("cell ") :]
     assert "2 cells" in table and "1 failed" in table and "failed" in table and "ok" in table
+
+
+def test_loop_share_counts_outputs_ending_in_a_period_one_or_two_loop():
+    from ecospec.experiment.metrics import in_loop, summarize
+
+    assert in_loop([9] * 20) and in_loop([3, 4] * 10) and in_loop(list(range(4)) + [7, 8] * 8)
+    assert not in_loop([1, 2, 3] * 7) and not in_loop([5] * 15 + [6]) and in_loop([1] * 15) is None
+    rows = [
+        {"steps": 1, "n_tokens": 20, "accepted": 1, "experts_sum": [], "seconds": 1.0, "loop": loop,
+         **{f"{p}_s": 0.0 for p in ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_prefill")}}
+        for loop in (True, False, None, True)
+    ]  # fmt: skip
+    assert summarize(rows)["loop_share"] == pytest.approx(2 / 3)  # an early-stopped output does not count

@@ -24,38 +24,52 @@ from ecospec.models import moe_info
 AR_CACHE = "ar_cache"
 
 
-def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, tag: str, method: dict) -> list[dict]:
-    """Generate every turn of every prompt with `method`'s drafter/selector/predictor (AR when tag is 'ar')."""
-    ar = tag == "ar"
-    trace_left = 0 if ar else int(cfg.get("trace_steps") or 0)  # verify passes to keep, over the whole cell
-    rows = []
-    bar = tqdm(prompts, desc=f"{tag} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
-    for p in bar:
-        answers: list[str] = []
-        for turn in range(len(p.turns)):
-            key = f"{tag}/{p.id}/{turn}"
-            row = progress.rows.get(key)
-            if row is None:
-                ids = encode_turn(
-                    comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True)
-                )
-                t0 = time.perf_counter()
-                res = ecospec.generate(
-                    comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
-                    selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
-                    depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
-                    max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=trace_left > 0,
-                )  # fmt: skip
-                seconds = time.perf_counter() - t0
-                oracle = not ar and comp.predictor == "oracle"
-                row = prompt_row(p.id, turn, len(ids), res, seconds, oracle)
-                if trace_left > 0:
-                    row["trace"] = [asdict(st.trace) for st in res.steps[:trace_left]]
-                progress.add(key, row)
-            rows.append(row)
-            trace_left -= len(row.get("trace", ()))
-            answers.append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
+AR_METHOD = {"name": "ar", "selector": "confidence"}
+
+
+def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: dict, trace_left: int) -> list[dict]:
+    """Every turn of prompt `p` with `method`'s drafter/selector/predictor (AR when its name is 'ar'); rows
+    already in `progress` are reused. `trace_left`: verify passes whose traces may still be kept."""
+    ar = method["name"] == "ar"
+    rows, answers = [], []
+    for turn in range(len(p.turns)):
+        key = f"{method['name']}/{p.id}/{turn}"
+        row = progress.rows.get(key)
+        if row is None:
+            ids = encode_turn(comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True))
+            t0 = time.perf_counter()
+            res = ecospec.generate(
+                comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
+                selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
+                depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
+                max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
+            )  # fmt: skip
+            seconds = time.perf_counter() - t0
+            row = prompt_row(p.id, turn, len(ids), res, seconds, not ar and comp.predictor == "oracle")
+            if not ar and trace_left > 0:
+                row["trace"] = [asdict(st.trace) for st in res.steps[:trace_left]]
+            progress.add(key, row)
+        rows.append(row)
+        trace_left -= len(row.get("trace", ()))
+        answers.append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
     return rows
+
+
+def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
+    """(the method's rows, AR's rows or None): every prompt with the cell's method and, when `interleave_ar`, with
+    AR right after it (so a machine that slows down slows both alike: the speedup is a ratio of one run)."""
+    method = cfg["method"]
+    trace_left = 0 if method["name"] == "ar" else int(cfg.get("trace_steps") or 0)  # over the whole cell
+    rows, ar_rows = [], [] if interleave_ar else None
+    name = method["name"] + (" + ar" if interleave_ar else "")
+    bar = tqdm(prompts, desc=f"{name} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
+    for p in bar:
+        new = _decode_prompt(comp, p, cfg, progress, method, trace_left)
+        trace_left -= sum(len(r.get("trace", ())) for r in new)
+        rows += new
+        if interleave_ar:
+            ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
+    return rows, ar_rows
 
 
 def ar_key(cfg: dict, hardware: str) -> dict:
@@ -73,11 +87,12 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
         cached = read_record(path)
         if cached and cached.get("key") == key:
             return cached
-    rows = (
-        own_rows
-        if own_rows is not None
-        else _decode_prompts(comp, prompts, cfg, progress, "ar", {"selector": "confidence"})
-    )
+    if own_rows is not None:
+        rows = own_rows
+    else:
+        rows = [
+            r for p in prompts for r in _decode_prompt(comp, p, {**cfg, "method": AR_METHOD}, progress, AR_METHOD, 0)
+        ]
     summary = summarize(rows)
     ar = {
         "schema": SCHEMA,
@@ -121,8 +136,12 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
     comp = load_components(d, device)
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")))
-    rows = _decode_prompts(comp, prompts, d, progress, d["method"]["name"], d["method"])
-    own = rows if d["method"]["name"] == "ar" else None
+    # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
+    # from the AR cache (GPU: stable, and AR is the most expensive decoder)
+    mode = d.get("ar_baseline") or "auto"
+    interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
+    rows, ar_rows = _decode_prompts(comp, prompts, d, progress, interleave)
+    own = rows if d["method"]["name"] == "ar" else ar_rows
     ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own)
     record["summary"] = _summary(comp, d, rows, ar)
     record["prompts"] = [public_row(r) for r in rows]

@@ -294,6 +294,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
         raise _bad("top_p", p, "must be in (0, 1]")
     _validate_num_prompts(d)
+    if d.get("ar_baseline", "auto") not in ("auto", "interleaved", "cached"):
+        raise _bad("ar_baseline", d.get("ar_baseline"), "allowed: auto, interleaved, cached")
     if d.get("split", "heldout") not in SPLITS:
         raise _bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
     ts = d.get("trace_steps")

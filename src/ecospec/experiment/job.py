@@ -16,7 +16,7 @@ from ecospec.experiment.components import pick_device
 from ecospec.experiment.config import as_dict, job_config, job_id, job_kind, job_name, validate_job
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
 
-RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger")
+RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline")
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]

@@ -4,7 +4,8 @@ alpha = tokens produced / SD steps (bonus included; AR = 1). E = mean over verif
 the unique experts a pass activates in a layer. Timings are seconds per step. tokens_per_s = Σ new tokens /
 Σ generation wall time over the cell's prompts (Spec-Bench's convention); speedup = tokens_per_s / AR's on
 the same prompts and settings. The oracle's router look-ups (t_pred) are analysis-only: they are taken
-out of its wall time.
+out of its wall time. loop_share = share of outputs of full length whose last 16 tokens repeat one token or one
+2-token pattern (`in_loop`): how often greedy decoding of the model degenerates.
 """
 
 from __future__ import annotations
@@ -37,7 +38,21 @@ def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, sec
         "expert_load": res.expert_load,
         "alpha": res.alpha,
         "experts_per_layer": res.experts_per_layer,
+        "loop": in_loop(list(res.tokens)),
     }
+
+
+LOOP_TAIL = 16  # tokens at the end of an output checked for a loop
+LOOP_PERIOD = 2  # longest repeated pattern counted as a loop
+
+
+def in_loop(tokens: list[int], tail: int = LOOP_TAIL, period: int = LOOP_PERIOD) -> bool | None:
+    """Whether the last `tail` tokens are one token or one pattern of at most `period` tokens repeated (greedy
+    decoding of a weak model degenerates so); None for outputs shorter than `tail` (stopped at eos early)."""
+    if len(tokens) < tail:
+        return None
+    end = tokens[-tail:]
+    return any(all(end[i] == end[i % p] for i in range(tail)) for p in range(1, period + 1))
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -62,6 +77,10 @@ def summarize(rows: list[dict]) -> dict:
         "prompts": len(rows),
         "seconds": sum(r["seconds"] for r in rows),
         "tokens_per_s": _ratio(tokens, sum(r["seconds"] for r in rows)),
+        # share of full-length outputs whose last 16 tokens are a loop of period <= 2 (output quality)
+        "loop_share": _ratio(sum(bool(r.get("loop")) for r in loops), len(loops))
+        if (loops := [r for r in rows if r.get("loop") is not None])
+        else None,
     }
     return out
 
