@@ -340,3 +340,40 @@ def test_build_small_end_to_end(tmp_path, monkeypatch):
     ar = ecospec.generate(target, ids, max_new_tokens=24)
     sd = ecospec.generate(target, ids, drafter=drafter, selector="ecospec", predictor=predictor, max_new_tokens=24)
     assert sd.tokens == ar.tokens and sd.alpha > 1.0 and all(s.t_pred > 0 for s in sd.steps)
+
+
+def test_sorted_experts_kernel_is_the_eager_loop_and_deterministic_on_two_threads():
+    """The training kernel computes what the decode-time per-expert loop computes (outputs and gradients), and
+    two runs of it on 2 threads give the same weights (transformers' grouped_mm does not on a 2-core CPU)."""
+    from ecospec.models import tiny_model
+    from ecospec.tiny.experts import NAME
+
+    x = torch.randn(2, 24, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for impl in ("eager", NAME):
+        model = tiny_model("qwen3_moe-b", experts_implementation=impl, dtype=torch.float64).train()
+        out = model(inputs_embeds=x).logits
+        out.square().mean().backward()
+        grads[impl] = (out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
+    (a, ga), (b, gb) = grads.values()
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for p, q in zip(ga, gb, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+
+    def train(threads: int) -> list[torch.Tensor]:
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            model = tiny_model("qwen3_moe-b", experts_implementation=NAME).train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            gen = torch.Generator().manual_seed(1)
+            for _ in range(3):
+                ids = torch.randint(3, 256, (4, 64), generator=gen)
+                model(input_ids=ids, labels=ids).loss.backward()
+                opt.step()
+                opt.zero_grad()
+            return [p.detach().clone() for p in model.parameters()]
+        finally:
+            torch.set_num_threads(old)
+
+    assert all(torch.equal(p, q) for p, q in zip(train(2), train(2), strict=True))

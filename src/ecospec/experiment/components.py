@@ -11,9 +11,8 @@ from typing import Any
 
 import torch
 
-from ecospec.experiment.config import ConfigError, drafter_kind, predictor_path
+from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kind, predictor_path
 
-TINY_PREDICTORS = {"final": "final", "acc50": "acc-0.50", "acc60": "acc-0.60"}
 RANDOM_BACKBONE = {
     "model_type": "qwen3", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
     "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 4096,
@@ -136,8 +135,8 @@ def _predictor(model: dict, target) -> tuple[Any, float | None]:
             torch.manual_seed(2)
             pred = ExpertPredictor.from_target(target, backbone)
         return pred.to(target.device).eval(), None
-    if model["source"] == "tiny" and name in TINY_PREDICTORS:
-        where = _tiny_dirs(model)["predictor"] / TINY_PREDICTORS[name]
+    if model["source"] == "tiny" and name in TINY_CHECKPOINTS:
+        where = _tiny_dirs(model)["predictor"] / name
         if not where.is_dir():
             raise ConfigError(f"model.predictor.checkpoint={name!r}: the tiny build saved no such checkpoint ({where})")
     else:

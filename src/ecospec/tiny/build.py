@@ -84,6 +84,7 @@ BUDGETS: dict[str, Budget] = {
         "small",
         corpus=CorpusRecipe(max_bytes=3_000_000, vocab_size=2048),
         target=TargetRecipe(
+            num_layers=8,
             moe_intermediate_size=48,
             seq_len=256,
             batch_size=4,
@@ -91,7 +92,7 @@ BUDGETS: dict[str, Budget] = {
             warmup_steps=20,
             eval_tokens=16384,
         ),
-        drafter=DrafterRecipe(steps=120, train_windows=600, eval_windows=16),
+        drafter=DrafterRecipe(steps=120, intermediate_size=256, train_windows=600, eval_windows=16),
         traces=TracesRecipe(samples=120),
         predictor=PredictorRecipe(hidden_size=64, head_dim=16, intermediate_size=128, steps=120),
         evaluate=EvalRecipe(prompts=4, max_new_tokens=32),
@@ -115,7 +116,9 @@ BUDGETS: dict[str, Budget] = {
             eval_tokens=1024,
             enforce_routing=False,
         ),
-        drafter=DrafterRecipe(steps=10, batch_size=2, seq_len=64, train_windows=40, eval_windows=4),
+        drafter=DrafterRecipe(
+            steps=10, batch_size=2, seq_len=64, intermediate_size=64, train_windows=40, eval_windows=4
+        ),
         traces=TracesRecipe(samples=24, length=64),
         predictor=PredictorRecipe(
             hidden_size=32,
@@ -494,7 +497,7 @@ def status(budget: str | Budget = "full") -> dict:
 def _load_model(path: Path, **kwargs):
     from transformers import AutoModelForCausalLM
 
-    kwargs.setdefault("attn_implementation", "eager")
+    kwargs.setdefault("attn_implementation", "sdpa")
     kwargs.setdefault("experts_implementation", "eager")
     return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
 

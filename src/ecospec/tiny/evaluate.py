@@ -8,18 +8,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-METHODS = (  # name, selector, predictor kind
+METHODS = (  # name, selector, predictor kind (global_cost and the oracle: python run.py -m experiment=tiny_repro)
     ("ar", "confidence", None),
     ("confidence", "confidence", None),
     ("ecospec", "ecospec", "learned"),
-    ("global_cost", "global_cost", "learned"),
-    ("oracle", "oracle", "oracle"),
 )
 
 
 @dataclass(frozen=True)
 class EvalRecipe:
-    prompts: int = 16
+    prompts: int = 8
     max_new_tokens: int = 64
     gamma: int = 4
     depth: int = 3
@@ -55,55 +53,70 @@ def humaneval_ids(tokenizer, n: int) -> list[torch.Tensor]:
 
 
 def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
+    """Every method on every prompt, interleaved (a prompt's methods run back to back, so a machine that slows
+    down mid-run slows them alike), greedy; per method α, E, per-step phase times, tokens/s, speedup vs AR,
+    whether the output equals AR's, and AR's loop share (`experiment.metrics.in_loop`)."""
     import ecospec
+    from ecospec.experiment.metrics import in_loop
 
     target, tokenizer, drafter, predictor = load_components(dirs)
     prompts = humaneval_ids(tokenizer, r.prompts)
-    results: dict[str, dict] = {}
-    ar_tokens = None
-    for name, selector, kind in METHODS:
-        pred = {"learned": predictor, "oracle": "oracle", None: None}[kind]
-        outs, steps, tokens, seconds = [], [], 0, 0.0
-        for ids in bar(prompts, desc=name, unit="prompt"):
+    outs = {name: [] for name, _, _ in METHODS}
+    steps = {name: [] for name, _, _ in METHODS}
+    seconds = dict.fromkeys(outs, 0.0)
+    for ids in bar(prompts, desc="evaluate", unit="prompt"):
+        for name, selector, kind in METHODS:
+            pred = {"learned": predictor, "oracle": "oracle", None: None}[kind]
             t0 = time.perf_counter()
             res = ecospec.generate(target, ids, drafter=None if name == "ar" else drafter, selector=selector,
                                    predictor=pred, gamma=r.gamma, depth=r.depth, topk=r.topk,
                                    max_new_tokens=r.max_new_tokens)  # fmt: skip
-            seconds += time.perf_counter() - t0 - (sum(s.t_pred for s in res.steps) if kind == "oracle" else 0)
-            tokens += len(res.tokens)
-            outs.append(res.tokens)
-            steps.extend(res.steps)
-        if ar_tokens is None:
-            ar_tokens = outs
-        n = max(len(steps), 1)
-        experts = [e for s in steps for e in s.experts]
+            seconds[name] += time.perf_counter() - t0 - (sum(s.t_pred for s in res.steps) if kind == "oracle" else 0)
+            outs[name].append(res.tokens)
+            steps[name].extend(res.steps)
+    results: dict[str, dict] = {}
+    for name, st in steps.items():
+        n = max(len(st), 1)
+        experts = [e for s in st for e in s.experts]
         results[name] = {
-            "alpha": sum(s.accepted for s in steps) / n,
+            "alpha": sum(s.accepted for s in st) / n,
             "experts_per_layer": sum(experts) / max(len(experts), 1),
-            "t_pred_ms": 1e3 * sum(s.t_pred for s in steps) / n,
-            "t_draft_ms": 1e3 * sum(s.t_draft for s in steps) / n,
-            "t_verify_ms": 1e3 * sum(s.t_verify for s in steps) / n,
-            "t_step_ms": 1e3 * sum(s.t_total for s in steps) / n,
-            "tokens_per_s": tokens / seconds,
-            "matches_ar": sum(a == b for a, b in zip(outs, ar_tokens, strict=True)) / len(outs),
-            "steps": len(steps),
+            "t_pred_ms": 1e3 * sum(s.t_pred for s in st) / n,
+            "t_draft_ms": 1e3 * sum(s.t_draft for s in st) / n,
+            "t_verify_ms": 1e3 * sum(s.t_verify for s in st) / n,
+            "t_step_ms": 1e3 * sum(s.t_total for s in st) / n,
+            "tokens_per_s": sum(map(len, outs[name])) / seconds[name],
+            "matches_ar": sum(a == b for a, b in zip(outs[name], outs["ar"], strict=True)) / len(prompts),
+            "steps": len(st),
         }
     for name in results:
         results[name]["speedup"] = results[name]["tokens_per_s"] / results["ar"]["tokens_per_s"]
-    return {"recipe": asdict(r), "methods": results, "top_k": predictor.config.top_k}
+    loops = [x for x in (in_loop(list(t)) for t in outs["ar"]) if x is not None]
+    return {"recipe": asdict(r), "methods": results, "top_k": predictor.config.top_k,
+            "loop_share": sum(loops) / len(loops) if loops else None}  # fmt: skip
 
 
 def evaluate_stage(ctx) -> dict:
-    return evaluate(ctx.dirs, ctx.budget.evaluate, bar=ctx.bar)
+    """Decodes on one thread, as a cell does (``model.cpu_threads``: tiny matmuls only synchronise on more)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return evaluate(ctx.dirs, ctx.budget.evaluate, bar=ctx.bar)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def evaluate_summary(m: dict) -> list[str]:
     r = m["recipe"]
     lines = [f"HumanEval, {r['prompts']} prompts x {r['max_new_tokens']} tokens, depth {r['depth']}, "
              f"top-{r['topk']}, gamma {r['gamma']}, greedy (CPU wall clock, not GPU numbers):"]  # fmt: skip
+    ar_ms = m["methods"]["ar"]["t_step_ms"]
     for name, x in m["methods"].items():
         lines.append(
-            f"  {name:<12} alpha {x['alpha']:.2f}  E {x['experts_per_layer']:.2f}  T_pred {x['t_pred_ms']:.1f} ms"
-            f"  T_step {x['t_step_ms']:.1f} ms  speedup {x['speedup']:.2f}x  matches AR {x['matches_ar']:.0%}"
+            f"  {name:<12} alpha {x['alpha']:.2f}  E {x['experts_per_layer']:.2f}  T_draft/T_AR "
+            f"{x['t_draft_ms'] / ar_ms:.0%}  T_pred/T_verify {x['t_pred_ms'] / x['t_verify_ms']:.1%}  T_step "
+            f"{x['t_step_ms']:.1f} ms  speedup {x['speedup']:.2f}x  matches AR {x['matches_ar']:.0%}"
         )
+    if m.get("loop_share") is not None:
+        lines.append(f"  AR outputs in a loop of period <= 2 (last 16 tokens): {m['loop_share']:.0%}")
     return lines

@@ -2,6 +2,15 @@
 
 The same pipeline a cluster runs for a real target (collect_traces -> train_predictor), with a
 small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
+
+Why this size: the paper's predictor costs 0.5 % of a verify pass (4 ms against 730 ms). On a CPU a decoder's
+cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32): measured 1.3 ms per step (its
+own decode path, ``ExpertPredictor._decode``; 1.7-2.6 ms through the HF forward) against a ~45-50 ms verify
+pass, i.e. 3-4 %; two layers would double it for +1-2 points of accuracy. Trained 800 steps on 800 traced
+windows (49 s on 2 threads): held-out top-k accuracy 0.82 (untrained 0.12); the first checkpoints at >= 0.50
+and >= 0.65 (evaluated every 16 steps) and the final one give Table 9 three distinct rows (0.55 / 0.68 / 0.82
+on this recipe's build; the old 2 x 128 predictor reached 0.60 at its first evaluation, so its 0.5 and 0.6
+checkpoints were the same weights).
 """
 
 from __future__ import annotations
@@ -14,35 +23,37 @@ from ecospec.tiny.drafter import stream_windows
 
 @dataclass(frozen=True)
 class TracesRecipe:
-    samples: int = 400  # windows of the corpus stream (80/20 split by sample at training time)
+    samples: int = 800  # windows of the corpus stream (80/20 split by sample at training time)
     length: int = 256
     seed: int = 2
 
 
 @dataclass(frozen=True)
 class PredictorRecipe:
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
+    hidden_size: int = 64
+    num_layers: int = 1
+    num_heads: int = 2
+    num_kv_heads: int = 1
     head_dim: int = 32
-    intermediate_size: int = 256
-    steps: int = 400
+    intermediate_size: int = 128
+    steps: int = 800
     lr: float = 2e-3
     batch_size: int = 8
     window: int = 256
-    thresholds: tuple[float, ...] = (0.5, 0.6)  # save the first checkpoints that reach these (Table 9)
+    # (checkpoint name, held-out accuracy): the first checkpoint at or above each level is kept (Table 9)
+    thresholds: tuple[tuple[str, float], ...] = (("acc50", 0.5), ("acc60", 0.65))
     seed: int = 0
 
 
 def traces_stage(ctx) -> dict:
     from ecospec.predictor.traces import collect_traces, load_traces
+    from ecospec.tiny.experts import NAME
 
     r = ctx.budget.traces
-    target = ctx.target()
+    target = ctx.target(experts_implementation=NAME)  # batched forwards: the sorted kernel, same routing
     samples = [w.tolist() for w in stream_windows(ctx.tokens("train"), r.length, r.samples, r.seed)]
     ctx.log(f"tracing the target's routing over {len(samples)} windows of {r.length} tokens")
-    collect_traces(target, ctx.bar(samples, desc="routing traces", unit="window"), ctx.out, progress=False)
+    collect_traces(target, ctx.bar(samples, desc="routing traces", unit="window"), ctx.out, batch_size=16)
     traces = load_traces(ctx.out)
     return {"recipe": asdict(r), "tokens": int(len(traces.tokens)), "samples": len(samples)}
 
@@ -66,7 +77,7 @@ def predictor_stage(ctx) -> dict:
     ctx.log(f"training the expert predictor: {r.steps} steps x {r.batch_size} windows of {r.window} tokens")
     summary = train_predictor(
         predictor, ctx.dirs["traces"], steps=r.steps, lr=r.lr, batch_size=r.batch_size, window=r.window,
-        out_dir=ctx.out, checkpoint_at_accuracy=r.thresholds, eval_every=max(1, r.steps // 20), seed=r.seed,
+        out_dir=ctx.out, checkpoint_at_accuracy=dict(r.thresholds), eval_every=max(1, r.steps // 50), seed=r.seed,
     )  # fmt: skip
     return {
         "recipe": asdict(r),

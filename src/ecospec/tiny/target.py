@@ -6,20 +6,40 @@ computed per layer from the router logits of ``output_router_logits=True`` (``lo
 AdamW, linear warmup then cosine decay, gradient clipping. Everything is drawn from private generators
 seeded by ``TargetRecipe.seed``: the same recipe, data and thread count give the same weights.
 
-Recipe notes (2 CPU threads, torch 2.13, measured Nov 2026):
+Why this shape: the cost regime of the real systems (DESIGN.md). Decoding on a CPU costs per op, not per
+FLOP, at these sizes (~5-15 us an op, one thread), so what a forward costs is how many ops it runs; a
+target layer costs ~1.3 ms of attention, norms and router plus ~0.13-0.2 ms per unique expert of the
+per-expert loop, and the one-layer EAGLE-3 head ~1 ms per forward whatever its width. The old 4 x 128 target
+made a 3-forward draft cost 0.70 of an AR step (paper: 1.6 % for Qwen3-235B). Measured (Dec 2026, 1 thread,
+random weights, 300-token prefix): 4 x 128 AR 8.8 ms / 4-token pass 16.9 ms; 16 x 64 27-31 ms / 42-60 ms;
+12 x 64 19.8 / 39.2 ms. 16 layers is the fewest that keep the draft under 20 % of an AR step (~5 ms against
+~30 ms); hidden 64 (4 heads of 16) keeps its training FLOPs per token near the old model's. 32 experts, top-4,
+expert width 64: the routing shape other issues refer to.
 
-* Small batches win on this budget: at equal tokens, 2 x 512 tokens/step beat 4 x 512 and 8 x 512
-  (held-out loss after 0.49M tokens: 5.32 / 5.54 / 6.02), and hidden 128 beat 192 at equal wall time.
-  The learning rate hardly matters (3e-3 and 6e-3 equal).
+Recipe notes (2 CPU threads, torch 2.13, measured Nov-Dec 2026):
+
+* Budget: 800 steps of 4 x 256 tokens (0.82M tokens; 1.62 steps/s on 2 threads with the ``ecospec_sorted``
+  kernel, 499 s). Measured held-out loss: 5.04 after 650 steps, 4.99 after 700, 4.88 after 800 (the old
+  4-layer model had 2.5M tokens). Greedy quality tracks it: AR outputs on HumanEval (64 tokens) in a loop
+  of period <= 2 were 100 % of 8 prompts at 650 steps (coefficient 0.03) and 25 % at 800 (``evaluate``
+  stage). 256-token windows: attention at 512 cost a quarter of each step.
+* Balancing: the per-layer Switch loss on the micro-batch, coefficient 0.02 (every expert 0.17-1.8 % of
+  the load, max 2.8x the mean; consecutive-token routing overlap 0.27 against 0.16 independent). Tried and
+  dropped: 650 steps at coefficient 0.03 (a faster build; loss 5.04, the loops above); coefficient 0.005 /
+  0.001 (overlap 0.31 / 0.40 but against 0.20 / 0.33 independent: the load concentrates, the locality does
+  not grow; dead experts); Qwen3's global-batch balancing over the last 64 steps (overlap 0.23 / 0.26 at
+  0.02 / 0.01). At 750 steps and 0.02, layers 0-1 kept an expert below 0.1 % (the routing check fails).
+  The paper's Qwen3-235B shows 0.45 against 0.10: that locality is out of reach of a CPU-trained 16 x 64
+  model, and it bounds what cost-aware selection can save here (``reports/tiny``).
 * HF's ``load_balancing_loss_func`` sums expert counts and probabilities over layers before the
   product, so it balances each expert id across layers, not each layer. With it (coefficient 0.02),
   every layer routed all tokens to the same 4 experts after 12 steps and some experts were still dead
   (0 % share) after 150. The per-layer loss at 0.02: every expert above 0.5 % after 480 steps.
-* ``experts_implementation="eager"``: the ``grouped_mm`` CPU fallback's backward is not run-to-run
-  deterministic with 2 threads (eager is, and is as fast here).
+* Training kernel ``ecospec_sorted`` (``tiny/experts.py``): the eager per-expert loop costs 0.98 s a step
+  here, transformers' ``grouped_mm`` 0.63 s but is not run-to-run deterministic on 2 threads; the sorted
+  kernel 0.74 s and deterministic. Decoding always runs the eager loop (``_load_model``).
 * Thread contention: with 2 threads and one other busy process on a 2-core machine, OpenMP spin-waits
-  make steps 30-70x slower (0.2 -> 7-17 s); 1 thread runs at ~0.3 s/step either way. The trainer
-  warns when steps slow down over 4x.
+  make steps 30-70x slower; 1 thread is not slowed this way. The trainer warns when steps slow down over 4x.
 
 Checks on held-out data (``routing_load_stats``): per MoE layer, the share of routed (token, slot)
 pairs each expert receives. A healthy fine-grained MoE has every expert above ``min_share`` (0.1 %)
@@ -50,11 +70,11 @@ from ecospec.tiny.corpus import BOS_ID, EOS_ID, PAD_ID
 class TargetRecipe:
     """Model size and training knobs of the embedded target (all of it goes into the cache key)."""
 
-    hidden_size: int = 128
-    num_layers: int = 4
+    hidden_size: int = 64
+    num_layers: int = 16
     num_heads: int = 4
     num_kv_heads: int = 2
-    head_dim: int = 32
+    head_dim: int = 16
     num_experts: int = 32
     top_k: int = 4
     moe_intermediate_size: int = 64
@@ -63,9 +83,9 @@ class TargetRecipe:
     initializer_range: float = 0.02
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
-    seq_len: int = 512
-    batch_size: int = 2
-    steps: int = 2400
+    seq_len: int = 256
+    batch_size: int = 4
+    steps: int = 800
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 50
@@ -73,8 +93,8 @@ class TargetRecipe:
     beta2: float = 0.95
     grad_clip: float = 1.0
     router_aux_loss_coef: float = 0.02
-    experts_implementation: str = "eager"
-    eval_tokens: int = 65536
+    experts_implementation: str = "ecospec_sorted"
+    eval_tokens: int = 32768
     seed: int = 0
     enforce_routing: bool = True
     min_share: float = 0.001
@@ -124,6 +144,8 @@ def target_config(recipe: TargetRecipe, vocab_size: int):
 def init_target(recipe: TargetRecipe, vocab_size: int):
     """Random init of the recipe's model (seeded; the global RNG is untouched), float32, train mode."""
     from transformers import AutoModelForCausalLM
+
+    import ecospec.tiny.experts  # noqa: F401 - registers the "ecospec_sorted" experts kernel
 
     config = target_config(recipe, vocab_size)
     with torch.random.fork_rng(devices=[]):
@@ -270,8 +292,7 @@ def load_balancing_loss(router_logits: Sequence[torch.Tensor], top_k: int) -> to
         counts = torch.zeros(num_experts, device=probs.device).scatter_add_(
             0, top.reshape(-1), torch.ones(top.numel(), device=probs.device)
         )
-        frac = counts / top.numel()
-        losses.append(num_experts * (frac * probs.mean(dim=0)).sum())
+        losses.append(num_experts * (counts / top.numel() * probs.mean(dim=0)).sum())
     return torch.stack(losses).mean()
 
 
