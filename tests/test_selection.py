@@ -1,10 +1,10 @@
-"""Selection policies: the paper's Figure 3 example, prefix closure, a brute-force reference, errors."""
+"""Selection policies: the paper's Figure 3 example, prefix closure, a brute-force reference, errors; batches."""
 
 import random
 
 import pytest
 
-from ecospec.selection import POLICIES, select
+from ecospec.selection import POLICIES, select, select_batch
 
 N_EXPERTS = 16
 
@@ -156,3 +156,103 @@ def test_zero_new_experts_wins():
 def test_errors(args, match):
     with pytest.raises(ValueError, match=match):
         select(*args)
+
+
+# -- batches (DESIGN.md, "Batches") ---------------------------------------------------------------------------
+
+
+def reference_shared(parents, probs, experts, budgets, roots, eps=1e-6):
+    """The batch-shared buffer rule, straight from the text: Python sets, every candidate rescored each step."""
+
+    def path(s, i):
+        out = []
+        while i >= 0:
+            out.append(i)
+            i = parents[s][i]
+        return out
+
+    traj = [
+        [set().union(*(experts[s][j] for j in path(s, i))) for i in range(len(parents[s]))] for s in range(len(parents))
+    ]
+    depth = [[len(path(s, i)) for i in range(len(parents[s]))] for s in range(len(parents))]
+    buf = set().union(*roots)
+    chosen = [[] for _ in parents]
+    while True:
+        cands = [
+            (s, i)
+            for s in range(len(parents))
+            if len(chosen[s]) < budgets[s]
+            for i in range(len(parents[s]))
+            if i not in chosen[s] and (parents[s][i] < 0 or parents[s][i] in chosen[s])
+        ]
+        if not cands:
+            return [sorted(c) for c in chosen]
+
+        score = {(s, i): probs[s][i] / (len(traj[s][i] - buf) + eps) for s, i in cands}
+        s, i = min(cands, key=lambda c: (-score[c], -probs[c[0]][c[1]], depth[c[0]][c[1]], c[0], c[1]))
+        chosen[s].append(i)
+        buf |= traj[s][i]
+
+
+def random_batch(rng, ties):
+    trees = [random_tree(rng, rng.randrange(0, 12), ties) for _ in range(rng.randrange(1, 5))]
+    return [list(x) for x in zip(*trees, strict=True)]  # parents, probs, experts, roots: each a list over sequences
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_select_batch_per_sequence_is_select(policy, ties):
+    rng = random.Random(11 + 2 * POLICIES.index(policy) + ties)
+    for _ in range(100):
+        parents, probs, experts, roots = random_batch(rng, ties)
+        budgets = [rng.randrange(0, 6) for _ in parents]
+        want = [select(policy, *a) for a in zip(parents, probs, experts, budgets, roots, strict=True)]
+        assert select_batch(policy, parents, probs, experts, budgets, roots) == want
+        if policy in ("confidence", "global_cost"):  # no buffer: per sequence either way
+            assert select_batch(policy, parents, probs, experts, budgets, roots, shared_buffer=True) == want
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("policy", ["ecospec", "oracle"])
+def test_select_batch_shared_buffer_matches_the_rule(policy, ties):
+    rng = random.Random(5 + ties)
+    for _ in range(300):
+        parents, probs, experts, roots = random_batch(rng, ties)
+        budgets = [rng.randrange(0, 6) for _ in parents]
+        got = select_batch(policy, parents, probs, experts, budgets, roots, shared_buffer=True)
+        assert got == reference_shared(parents, probs, experts, budgets, roots)
+        for par, chosen, b in zip(parents, got, budgets, strict=True):
+            assert len(chosen) == min(b, len(par)) and is_prefix_closed(par, chosen)
+        ints = [[to_int(e) for e in ex] for ex in experts]
+        assert (
+            select_batch(policy, parents, probs, ints, budgets, [to_int(r) for r in roots], shared_buffer=True) == got
+        )
+        if len(parents) == 1:  # one sequence: the batch rule is select's
+            assert got == [select(policy, parents[0], probs[0], experts[0], budgets[0], roots[0])]
+
+
+def test_select_batch_an_expert_loaded_for_another_sequence_is_free():
+    # sequence 0's root loads expert 1; sequence 1's two candidates: 0.5 needing {2}, 0.4 needing {1}
+    parents, probs = [[-1], [-1, -1]], [[0.9], [0.5, 0.4]]
+    experts = [[{(0, 3)}], [{(0, 2)}, {(0, 1)}]]
+    roots = [{(0, 1)}, set()]
+    assert select_batch("ecospec", parents, probs, experts, [0, 1], roots, shared_buffer=True) == [[], [1]]
+    assert select_batch("ecospec", parents, probs, experts, [0, 1], roots) == [[], [0]]  # per sequence
+    # a node sequence 0 picks first (0.9 / 1) makes {3} free for sequence 1
+    experts = [[{(0, 3)}], [{(0, 2)}, {(0, 3)}]]
+    assert select_batch("ecospec", parents, probs, experts, 1, [set(), set()], shared_buffer=True) == [[0], [1]]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"probs": [[0.5]]}, "probs has 1 sequences, parents 2"),
+        ({"budget": [1]}, "budget has 1 sequences"),
+        ({"experts": [[1], [{(0, 1)}]]}, "mix int bitmasks"),
+    ],
+)
+def test_select_batch_errors(kwargs, match):
+    args = {"parents": [[-1], [-1]], "probs": [[0.5], [0.5]], "experts": [[{(0, 1)}], [{(0, 2)}]], "budget": 1}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        select_batch("ecospec", **args, root_experts=None, shared_buffer=True)

@@ -1,6 +1,6 @@
 """ecospec: cost-aware speculative decoding for Mixture-of-Experts language models.
 
-`generate` and `select` are imported on first use, so tools that only read records or data (`python -m
+`generate`, `select` and `select_batch` are imported on first use, so tools that only read records or data (`python -m
 ecospec.report`, `python -m ecospec.data`) do not pay for importing torch and transformers.
 """
 
@@ -12,8 +12,8 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-_LAZY = {"generate": "ecospec.engine.loop", "select": "ecospec.selection"}
-__all__ = ["__version__", "generate", "select"]
+_LAZY = {"generate": "ecospec.engine.loop", "select": "ecospec.selection", "select_batch": "ecospec.selection"}
+__all__ = ["__version__", "generate", "select", "select_batch"]
 
 
 def __getattr__(name: str):

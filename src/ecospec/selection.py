@@ -43,8 +43,100 @@ def select(
 
     Ties go to larger P, then smaller depth, then smaller index.
     """
+    _check_policy(policy)
+    n = len(parents)
+    depth, children, roots = _structure(policy, parents, probs, experts)
+    if policy != "confidence":
+        masks, buf = _to_masks(experts, root_experts)
+        traj = _trajectories(masks, parents)
+    if budget <= 0:
+        return []
+    budget = min(budget, n)
+    if policy == "confidence":
+        return _greedy_static(probs, probs, depth, roots, children, budget)
+    if policy == "global_cost":
+        scores = [pr / (t.bit_count() + eps) for pr, t in zip(probs, traj, strict=True)]
+        return _greedy_static(scores, probs, depth, roots, children, budget)
+    return _greedy_buffered(probs, depth, roots, children, traj, buf, budget, eps)
+
+
+def select_batch(
+    policy: str,
+    parents: Sequence[Sequence[int]],
+    probs: Sequence[Sequence[float]],
+    experts: Sequence[Sequence[ExpertSet] | None] | None,
+    budget: int | Sequence[int],
+    root_experts: Sequence[ExpertSet | None] | None = None,
+    eps: float = 1e-6,
+    shared_buffer: bool = False,
+) -> list[list[int]]:
+    """`select` for a batch of draft trees (every argument a list over sequences; `budget` an int for all or one
+    per sequence); returns each sequence's chosen node indices, sorted.
+
+    `shared_buffer=False`, or a policy without a buffer (confidence, global_cost): `select` per sequence.
+    `shared_buffer=True` with ecospec / oracle (DESIGN.md, "Batches"): one verify pass loads the union of the
+    batch's experts, so one buffer B serves the batch. B starts as the union of the roots' sets; each
+    sequence keeps its own budget. Repeat: among the frontier nodes of every sequence with budget left, take
+    the largest P / (|E_traj(i) minus B| + eps), ties to larger P, smaller depth, smaller sequence index,
+    smaller node index; B absorbs its E_traj. An expert another sequence already brought in costs nothing.
+    """
+    _check_policy(policy)
+    size = len(parents)
+    budgets = [budget] * size if isinstance(budget, int) else list(budget)
+    experts = [None] * size if experts is None else experts
+    roots_in = [None] * size if root_experts is None else root_experts
+    for name, arg in (("probs", probs), ("experts", experts), ("budget", budgets), ("root_experts", roots_in)):
+        if len(arg) != size:
+            raise ValueError(f"select_batch: {name} has {len(arg)} sequences, parents {size}")
+    if not shared_buffer or policy in ("confidence", "global_cost"):
+        return [select(policy, *args, eps=eps) for args in zip(parents, probs, experts, budgets, roots_in, strict=True)]
+    kinds = {isinstance(e, int) for ex in experts for e in (ex or ())}
+    kinds |= {isinstance(r, int) for r in roots_in if r is not None}
+    if len(kinds) > 1:
+        raise ValueError("expert sets mix int bitmasks and (layer, expert) pair iterables across the batch")
+    # one bit numbering for the whole batch: a (layer, expert) pair is the same bit in every tree
+    bits: dict[tuple[int, int], int] = {}
+    trees, frontier, buf = [], [], 0
+    for par, pr, ex, root in zip(parents, probs, experts, roots_in, strict=True):
+        depth, children, first = _structure(policy, par, pr, ex)
+        masks, root_mask = _to_masks(ex, root, bits)
+        trees.append((depth, children, _trajectories(masks, par)))
+        frontier.append(first)
+        buf |= root_mask
+    left = [max(0, min(b, len(par))) for b, par in zip(budgets, parents, strict=True)]
+    out: list[list[int]] = [[] for _ in range(size)]
+    while True:
+        notbuf = ~buf
+        best, best_key = None, None
+        for s, nodes in enumerate(frontier):
+            if not left[s]:
+                continue
+            depth, _, traj = trees[s]
+            for i in nodes:
+                pr = probs[s][i]
+                key = (pr / ((traj[i] & notbuf).bit_count() + eps), pr, -depth[i], -s, -i)
+                if best_key is None or key > best_key:
+                    best, best_key = (s, i), key
+        if best is None:
+            break
+        s, i = best
+        frontier[s].remove(i)
+        frontier[s].extend(trees[s][1][i])
+        buf |= trees[s][2][i]
+        out[s].append(i)
+        left[s] -= 1
+    return [sorted(x) for x in out]
+
+
+def _check_policy(policy: str) -> None:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+
+
+def _structure(
+    policy: str, parents: Sequence[int], probs: Sequence[float], experts: Sequence[ExpertSet] | None
+) -> tuple[list[int], list[list[int]], list[int]]:
+    """Validate one tree's arrays; return each node's depth (first level = 1), its children, the first level."""
     n = len(parents)
     if len(probs) != n:
         raise ValueError(f"len(probs) = {len(probs)} does not match len(parents) = {n}")
@@ -62,26 +154,24 @@ def select(
         else:
             children[p].append(i)
             depth.append(depth[p] + 1)
-    if policy != "confidence":
-        if experts is None or any(e is None for e in experts):
-            raise ValueError(f"policy {policy!r} needs an expert set for every node; got None")
-        masks, buf = _to_masks(experts, root_experts)
-        traj: list[int] = []
-        for m, p in zip(masks, parents, strict=True):
-            traj.append(m | traj[p] if p >= 0 else m)
-    if budget <= 0:
-        return []
-    budget = min(budget, n)
-    if policy == "confidence":
-        return _greedy_static(probs, probs, depth, roots, children, budget)
-    if policy == "global_cost":
-        scores = [pr / (t.bit_count() + eps) for pr, t in zip(probs, traj, strict=True)]
-        return _greedy_static(scores, probs, depth, roots, children, budget)
-    return _greedy_buffered(probs, depth, roots, children, traj, buf, budget, eps)
+    if policy != "confidence" and (experts is None or any(e is None for e in experts)):
+        raise ValueError(f"policy {policy!r} needs an expert set for every node; got None")
+    return depth, children, roots
 
 
-def _to_masks(experts: Sequence[ExpertSet], root_experts: ExpertSet | None) -> tuple[list[int], int]:
-    """Node and root expert sets as int bitmasks (pairs get bits in order of first appearance)."""
+def _trajectories(masks: list[int], parents: Sequence[int]) -> list[int]:
+    """E_traj(i): the union of the sets from the first-level ancestor down to i (parents precede children)."""
+    traj: list[int] = []
+    for m, p in zip(masks, parents, strict=True):
+        traj.append(m | traj[p] if p >= 0 else m)
+    return traj
+
+
+def _to_masks(
+    experts: Sequence[ExpertSet], root_experts: ExpertSet | None, bits: dict[tuple[int, int], int] | None = None
+) -> tuple[list[int], int]:
+    """Node and root expert sets as int bitmasks (pairs get bits in order of first appearance, in `bits` when
+    given, so several trees can share one numbering)."""
     kinds = {isinstance(e, int) for e in experts}
     if root_experts is not None:
         kinds.add(isinstance(root_experts, int))
@@ -89,7 +179,7 @@ def _to_masks(experts: Sequence[ExpertSet], root_experts: ExpertSet | None) -> t
         raise ValueError("expert sets mix int bitmasks and (layer, expert) pair iterables; use one kind")
     if kinds != {False}:
         return list(experts), root_experts or 0
-    bits: dict[tuple[int, int], int] = {}
+    bits = {} if bits is None else bits
 
     def mask(pairs: Iterable[tuple[int, int]]) -> int:
         m = 0
