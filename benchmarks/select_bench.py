@@ -7,7 +7,7 @@ import random
 import statistics
 import time
 
-from ecospec.selection import select
+from ecospec.selection import select, select_batch
 
 LAYERS, N_EXPERTS, TOP_K = 48, 128, 8
 
@@ -69,6 +69,14 @@ def bench_select(repeats: int = 2000) -> dict[str, float]:
             for budget in budgets:
                 call = lambda: select(policy, parents, probs, experts, budget, root)  # noqa: B023
                 out[f"{policy:<11} {tree_name} budget={budget}"] = _median_us(call, repeats)
+    # a batch of 4 paper-sized trees: per sequence, and with one buffer for the batch (select_batch)
+    trees = [_beam_tree(rng, depth=3, k=2) for _ in range(4)]
+    parents, probs = [t[0] for t in trees], [t[1] for t in trees]
+    experts = [[_experts(rng) for _ in par] for par in parents]
+    roots = [_experts(rng) for _ in trees]
+    for shared in (False, True):
+        call = lambda: select_batch("ecospec", parents, probs, experts, 3, roots, shared_buffer=shared)  # noqa: B023
+        out[f"ecospec     batch 4 x n=10 budget=3 {'shared' if shared else 'per-seq'}"] = _median_us(call, repeats)
     return out
 
 
