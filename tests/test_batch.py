@@ -1,5 +1,6 @@
-"""The batched target forward: rows of different lengths, each with its own tree, in one pass, equal the
-single-sequence forward row by row, before and after per-row cache compaction (float64, every family)."""
+"""Batches: the batched target forward (rows of different lengths, each with its own tree, in one pass, equal the
+single-sequence forward row by row, before and after per-row compaction) and generate_batch (each sequence equals
+generate() on its prompt alone); float64, every family."""
 
 import random
 
@@ -7,9 +8,12 @@ import pytest
 import torch
 from conftest import FAMILY_PRESETS, prompt
 
+import ecospec
+from ecospec.drafters.draft_model import DraftModelDrafter
 from ecospec.engine.batch import RowBlock, compact_rows, forward_rows
 from ecospec.engine.forward import attention_layout, cache_len, compact_cache, forward_block, new_cache
 from ecospec.engine.tree import ancestor_mask
+from ecospec.models.adapters import moe_info
 from ecospec.models.loading import tiny_model
 
 LENGTHS = (12, 25, 17)  # longer than the GPT-OSS / Mixtral presets' sliding windows
@@ -119,3 +123,127 @@ def test_bad_rows(models64):
         forward_rows(target, layout, new_cache(), [0, 0], [block])
     with pytest.raises(ValueError, match="row 0 has 3 committed entries, the cache 0"):
         forward_rows(target, layout, new_cache(), [3], [block])
+
+
+# -- generate_batch ---------------------------------------------------------------------------------------------
+
+BATCH_LENGTHS = (6, 21, 13)
+
+
+def batch_predictor(target):
+    from transformers import Qwen3Config
+
+    from ecospec.predictor import ExpertPredictor
+
+    torch.manual_seed(0)
+    backbone = Qwen3Config(
+        vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=512, attn_implementation="sdpa",
+    )  # fmt: skip
+    return ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("preset", FAMILY_PRESETS)
+def test_generate_batch_equals_generate_per_prompt(models64, preset):
+    """Greedy: every sequence's tokens and step records equal generate() on its prompt alone, for AR and SD with
+    each selector; with one expert buffer for the batch the tokens still equal AR's (lossless)."""
+    target, draft = models64(preset)
+    vocab = target.config.vocab_size
+    prompts = [prompt(n, vocab, seed=10 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
+    drafter = DraftModelDrafter(draft)
+    predictor = batch_predictor(target)
+    ar = [ecospec.generate(target, p[None], max_new_tokens=12, eos_token_id=[]) for p in prompts]
+    runs = [(None, "confidence", None), (drafter, "confidence", None), (drafter, "ecospec", predictor),
+            (drafter, "global_cost", predictor)]  # fmt: skip
+    for d, selector, pred in runs:
+        kw = dict(drafter=d, selector=selector, predictor=pred, gamma=4, depth=3, topk=2, max_new_tokens=12)
+        got = ecospec.generate_batch(target, prompts, eos_token_id=[], **kw)
+        for p, res, a in zip(prompts, got.results, ar, strict=True):
+            alone = ecospec.generate(target, p[None], eos_token_id=[], **kw)
+            assert res.tokens == alone.tokens == a.tokens
+            assert [(s.accepted, s.verified, s.experts) for s in res.steps] == [
+                (s.accepted, s.verified, s.experts) for s in alone.steps
+            ]
+            assert res.expert_load == alone.expert_load
+        assert all(s.sequences <= len(prompts) for s in got.steps)
+        assert max(s.sequences for s in got.steps) == len(prompts)
+        shared = ecospec.generate_batch(target, prompts, eos_token_id=[], batch_buffer="batch", **kw)
+        assert [r.tokens for r in shared.results] == [a.tokens for a in ar]
+
+
+def test_generate_batch_pass_counts_and_leaving(models64):
+    """E of a batched pass counts the union over its sequences (padding left out); a sequence that hits eos
+    leaves the batch and the others go on."""
+    target, draft = models64("qwen3_moe-a")
+    vocab = target.config.vocab_size
+    prompts = [prompt(n, vocab, seed=20 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
+    alone = [ecospec.generate(target, p[None], max_new_tokens=10, eos_token_id=[]) for p in prompts]
+    eos = alone[0].tokens[2]  # the first sequence stops at its 3rd token
+    got = ecospec.generate_batch(target, prompts, drafter=DraftModelDrafter(draft), max_new_tokens=10, eos_token_id=eos)
+    for res, a in zip(got.results, alone, strict=True):
+        want = a.tokens[: a.tokens.index(eos) + 1] if eos in a.tokens else a.tokens
+        assert res.tokens == want
+    assert got.steps[0].sequences == 3 and got.steps[-1].sequences < 3
+    info = moe_info(target)
+    for s in got.steps:
+        assert max(1, info.top_k) <= min(s.experts) and max(s.experts) <= min(info.num_experts, s.verified * info.top_k)
+    first = got.steps[0]
+    assert first.verified == sum(r.steps[0].verified for r in got.results)
+    assert all(e >= max(r.steps[0].experts[layer] for r in got.results) for layer, e in enumerate(first.experts))
+
+
+def test_generate_batch_errors(models64):
+    target, _ = models64("qwen3_moe-a")
+    with pytest.raises(ValueError, match="no prompts"):
+        ecospec.generate_batch(target, [])
+    with pytest.raises(ValueError, match="batch_buffer must be one of sequence, batch"):
+        ecospec.generate_batch(target, [[5, 6]], batch_buffer="global")
+    with pytest.raises(ValueError, match="gamma must be >= 2"):
+        ecospec.generate_batch(target, [[5, 6]], gamma=1)
+
+
+def eagle3_drafter(target):
+    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+
+    cfg = target.config
+    head = Eagle3Head(
+        Eagle3Config(
+            hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size, aux_hidden_layers=(0, 1, 2),
+        )
+    )  # fmt: skip
+    init_random_weights(head, std=0.3, seed=0)
+    return Eagle3Drafter(head.double(), target.get_input_embeddings())
+
+
+@pytest.mark.parametrize("preset, kind", [("qwen3_moe-a", "eagle3"), ("gpt_oss-b", "eagle3"), ("deepseek_v3-a", "mtp")])
+def test_generate_batch_with_hidden_state_drafters(models64, preset, kind):
+    """Drafters that read the target's hidden states (EAGLE-3, MTP) get each row's own features."""
+    from ecospec.drafters.mtp import MtpDrafter, MtpHead, init_random_weights
+
+    target, _ = models64(preset)
+    if kind == "mtp":
+        drafter = MtpDrafter(init_random_weights(MtpHead.for_target(target), std=0.1).double().eval(), target)
+    else:
+        drafter = eagle3_drafter(target)
+    vocab = target.config.vocab_size
+    prompts = [prompt(n, vocab, seed=30 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
+    got = ecospec.generate_batch(target, prompts, drafter=drafter, max_new_tokens=10, eos_token_id=[])
+    for p, res in zip(prompts, got.results, strict=True):
+        alone = ecospec.generate(target, p[None], drafter=drafter, max_new_tokens=10, eos_token_id=[])
+        assert res.tokens == alone.tokens
+        assert [s.accepted for s in res.steps] == [s.accepted for s in alone.steps]
+
+
+def test_generate_batch_sampling_follows_each_prompt_alone(models64):
+    """T = 1: each row draws from its own generator seeded like generate(), so a row samples exactly what
+    generate() samples for its prompt alone (whose sampling the distribution tests cover)."""
+    target, draft = models64("mixtral-a")
+    vocab = target.config.vocab_size
+    prompts = [prompt(n, vocab, seed=40 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
+    kw = dict(drafter=DraftModelDrafter(draft), temperature=1.0, top_p=0.9, max_new_tokens=12, eos_token_id=[])
+    for seed in (0, 1):
+        got = ecospec.generate_batch(target, prompts, seed=seed, **kw)
+        want = [ecospec.generate(target, p[None], seed=seed, **kw).tokens for p in prompts]
+        assert [r.tokens for r in got.results] == want

@@ -108,3 +108,13 @@ def compact_rows(cache: DynamicCache, lengths: Sequence[int], start: int, keeps:
         layer.keys = layer.keys.gather(2, i.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
         layer.values = layer.values.gather(2, i.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
     return new
+
+
+def drop_rows(cache: DynamicCache, keep: Sequence[int]) -> None:
+    """Keep only cache rows `keep` (in that order): finished sequences leave the batch."""
+    index = torch.tensor(list(keep), dtype=torch.long)
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+            continue
+        i = index.to(layer.keys.device)
+        layer.keys, layer.values = layer.keys.index_select(0, i), layer.values.index_select(0, i)
