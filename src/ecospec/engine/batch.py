@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from ecospec.engine.forward import AttentionLayout, cache_len
+from ecospec.engine.forward import AttentionLayout, cache_len, filled_layers
+from ecospec.engine.masks import apply_window, to_4d
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,9 @@ def forward_rows(
         real[b, :m] = True
     additive = model.config._attn_implementation == "eager"  # eager adds the mask; SDPA takes a bool one as is
     device = model.device
-    masks = {}
-    for t, w in layout.windows.items():
-        v = vis if w is None else vis & (kpos[:, None, :] > qpos[:, :, None] - w)
-        masks[t] = _to_4d_rows(v, model.dtype, additive).to(device)
+    masks = {
+        t: to_4d(apply_window(vis, qpos, kpos, w), model.dtype, additive).to(device) for t, w in layout.windows.items()
+    }
     out = model(
         input_ids=tokens.to(device),
         position_ids=qpos.to(device),
@@ -85,13 +85,6 @@ def forward_rows(
     return out, real
 
 
-def _to_4d_rows(visible: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Tensor:
-    """[B, q, kv] bool -> [B, 1, q, kv]: bool, or additive float (0 / dtype min) for eager attention."""
-    if not additive:
-        return visible[:, None]
-    return torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
-
-
 def compact_rows(cache: DynamicCache, lengths: Sequence[int], start: int, keeps: Sequence[Sequence[int]]) -> list[int]:
     """After a forward whose block began at slot `start`: row b keeps slots [0, lengths[b]) and start + keeps[b][i]
     (in that order), moved to the front; the cache is cut to the longest row. Returns the new lengths."""
@@ -101,9 +94,7 @@ def compact_rows(cache: DynamicCache, lengths: Sequence[int], start: int, keeps:
     for b, (n, keep) in enumerate(zip(lengths, keeps, strict=True)):
         row = list(range(n)) + [start + i for i in keep]
         index[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-            continue
+    for layer in filled_layers(cache):
         i = index.to(layer.keys.device)[:, None, :, None]
         layer.keys = layer.keys.gather(2, i.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
         layer.values = layer.values.gather(2, i.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
@@ -113,8 +104,6 @@ def compact_rows(cache: DynamicCache, lengths: Sequence[int], start: int, keeps:
 def drop_rows(cache: DynamicCache, keep: Sequence[int]) -> None:
     """Keep only cache rows `keep` (in that order): finished sequences leave the batch."""
     index = torch.tensor(list(keep), dtype=torch.long)
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-            continue
+    for layer in filled_layers(cache):
         i = index.to(layer.keys.device)
         layer.keys, layer.values = layer.keys.index_select(0, i), layer.values.index_select(0, i)

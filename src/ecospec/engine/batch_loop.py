@@ -17,8 +17,8 @@ import torch
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.batch import RowBlock, compact_rows, drop_rows, forward_rows
 from ecospec.engine.forward import attention_layout, cache_len, new_cache
-from ecospec.engine.loop import COST_AWARE, _check, _now
-from ecospec.engine.records import GenerateResult, StepStats, StepTrace
+from ecospec.engine.loop import COST_AWARE, _check, _now, eos_set
+from ecospec.engine.records import GenerateResult, StepStats, StepTrace, mean_experts
 from ecospec.engine.routing import RoutingCapture, expert_counts
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
 from ecospec.models.adapters import moe_info
@@ -50,8 +50,7 @@ class BatchResult:
     @property
     def experts_per_layer(self) -> float:
         """E of the batched passes: mean over passes and MoE layers of the unique experts per layer."""
-        vals = [e for s in self.steps for e in s.experts]
-        return sum(vals) / max(len(vals), 1)
+        return mean_experts(self.steps)
 
 
 @torch.no_grad()
@@ -88,9 +87,7 @@ def generate_batch(
     info = moe_info(target)
     layout = attention_layout(target.config)
     device = target.device
-    if eos_token_id is None:
-        eos_token_id = target.generation_config.eos_token_id if target.generation_config else None
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    eos = eos_set(target, eos_token_id)
     size = len(rows_in)
     feats = drafter.hidden_layers if drafter is not None else ()
     drafters = [copy.copy(drafter) if drafter is not None else None for _ in range(size)]

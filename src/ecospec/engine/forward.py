@@ -85,6 +85,13 @@ def forward_block(
     )
 
 
+def filled_layers(cache: DynamicCache):
+    """The cache layers that hold entries (lazily initialised layers of a fresh cache are skipped)."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+            yield layer
+
+
 def compact_cache(cache: DynamicCache, start: int, keep: list[int]) -> None:
     """Keep cache entries [0, start) followed by entries start + keep[i], drop the rest.
 
@@ -93,9 +100,7 @@ def compact_cache(cache: DynamicCache, start: int, keep: list[int]) -> None:
     n = start + len(keep)
     contiguous = keep == list(range(len(keep)))
     idx = None if contiguous else torch.tensor(keep) + start
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-            continue
+    for layer in filled_layers(cache):
         if idx is not None:
             i = idx.to(layer.keys.device)
             layer.keys[..., start:n, :] = layer.keys[..., i, :]

@@ -51,6 +51,13 @@ def _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, 
         raise ValueError("selector 'oracle' takes the target router's true expert sets: pass predictor='oracle'")
 
 
+def eos_set(target, eos_token_id: int | list[int] | None) -> set[int]:
+    """The tokens that end a sequence: `eos_token_id`, or the target's generation config's when None."""
+    if eos_token_id is None:
+        eos_token_id = target.generation_config.eos_token_id if target.generation_config else None
+    return set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+
+
 def _now(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -84,9 +91,7 @@ def generate(
     info = moe_info(target)
     layout = attention_layout(target.config)
     device = target.device
-    if eos_token_id is None:
-        eos_token_id = target.generation_config.eos_token_id if target.generation_config else None
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    eos = eos_set(target, eos_token_id)
     gen = torch.Generator().manual_seed(seed)
     ids = input_ids.to(device)
     n_prompt = ids.shape[1]

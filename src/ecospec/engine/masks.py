@@ -19,16 +19,19 @@ def visibility(prefix_len: int, tree_mask: torch.Tensor, cached_tree: torch.Tens
 def apply_window(
     visible: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None
 ) -> torch.Tensor:
-    """Restrict visibility to keys with position > query position - window (HF's sliding window)."""
+    """Restrict visibility to keys with position > query position - window (HF's sliding window). `visible`
+    [q, kv] with positions [q] / [kv], or per row: [B, q, kv] with [B, q] / [B, kv]."""
     if window is None:
         return visible
-    return visible & (key_pos[None, :] > query_pos[:, None] - window)
+    return visible & (key_pos[..., None, :] > query_pos[..., :, None] - window)
 
 
 def to_4d(visible: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Tensor:
-    """[q, kv] bool -> [1, 1, q, kv]: bool for SDPA-style kernels, additive float (0 / dtype min) for eager."""
+    """[q, kv] bool -> [1, 1, q, kv] (or per row [B, q, kv] -> [B, 1, q, kv]): bool for SDPA-style kernels,
+    additive float (0 / dtype min) for eager."""
+    rows = visible if visible.dim() == 3 else visible[None]
     if not additive:
-        return visible[None, None]
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask[None, None]
+        return rows[:, None]
+    mask = torch.zeros(rows.shape, dtype=dtype, device=rows.device)
+    mask.masked_fill_(~rows, torch.finfo(dtype).min)
+    return mask[:, None]

@@ -46,5 +46,10 @@ class GenerateResult:
     @property
     def experts_per_layer(self) -> float:
         """E: mean over verify passes and MoE layers of the unique experts per layer."""
-        vals = [e for s in self.steps for e in s.experts]
-        return sum(vals) / max(len(vals), 1)
+        return mean_experts(self.steps)
+
+
+def mean_experts(steps) -> float:
+    """Mean over verify passes (anything with `.experts`, unique experts per MoE layer) and layers."""
+    vals = [e for s in steps for e in s.experts]
+    return sum(vals) / max(len(vals), 1)
