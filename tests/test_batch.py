@@ -154,7 +154,7 @@ def test_generate_batch_equals_generate_per_prompt(models64, preset):
     predictor = batch_predictor(target)
     ar = [ecospec.generate(target, p[None], max_new_tokens=12, eos_token_id=[]) for p in prompts]
     runs = [(None, "confidence", None), (drafter, "confidence", None), (drafter, "ecospec", predictor),
-            (drafter, "global_cost", predictor)]  # fmt: skip
+            (drafter, "global_cost", predictor), (drafter, "oracle", "oracle")]  # fmt: skip
     for d, selector, pred in runs:
         kw = dict(drafter=d, selector=selector, predictor=pred, gamma=4, depth=3, topk=2, max_new_tokens=12)
         got = ecospec.generate_batch(target, prompts, eos_token_id=[], **kw)
@@ -167,8 +167,9 @@ def test_generate_batch_equals_generate_per_prompt(models64, preset):
             assert res.expert_load == alone.expert_load
         assert all(s.sequences <= len(prompts) for s in got.steps)
         assert max(s.sequences for s in got.steps) == len(prompts)
-        shared = ecospec.generate_batch(target, prompts, eos_token_id=[], batch_buffer="batch", **kw)
-        assert [r.tokens for r in shared.results] == [a.tokens for a in ar]
+        if selector in ("ecospec", "oracle"):  # the only selectors that read the buffer mode
+            shared = ecospec.generate_batch(target, prompts, eos_token_id=[], batch_buffer="batch", **kw)
+            assert [r.tokens for r in shared.results] == [a.tokens for a in ar]
 
 
 def test_generate_batch_pass_counts_and_leaving(models64):
@@ -196,6 +197,8 @@ def test_generate_batch_errors(models64):
     target, _ = models64("qwen3_moe-a")
     with pytest.raises(ValueError, match="no prompts"):
         ecospec.generate_batch(target, [])
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        ecospec.generate_batch(target, [[5, 6], []])
     with pytest.raises(ValueError, match="batch_buffer must be one of sequence, batch"):
         ecospec.generate_batch(target, [[5, 6]], batch_buffer="global")
     with pytest.raises(ValueError, match="gamma must be >= 2"):
@@ -229,11 +232,54 @@ def test_generate_batch_with_hidden_state_drafters(models64, preset, kind):
         drafter = eagle3_drafter(target)
     vocab = target.config.vocab_size
     prompts = [prompt(n, vocab, seed=30 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
-    got = ecospec.generate_batch(target, prompts, drafter=drafter, max_new_tokens=10, eos_token_id=[])
-    for p, res in zip(prompts, got.results, strict=True):
-        alone = ecospec.generate(target, p[None], drafter=drafter, max_new_tokens=10, eos_token_id=[])
-        assert res.tokens == alone.tokens
-        assert [s.accepted for s in res.steps] == [s.accepted for s in alone.steps]
+    predictor = batch_predictor(target)
+    ar = [ecospec.generate(target, p[None], max_new_tokens=10, eos_token_id=[]).tokens for p in prompts]
+    for selector, pred in (("confidence", None), ("ecospec", predictor), ("global_cost", predictor),
+                           ("oracle", "oracle")):  # fmt: skip
+        kw = dict(drafter=drafter, selector=selector, predictor=pred, max_new_tokens=10, eos_token_id=[])
+        got = ecospec.generate_batch(target, prompts, **kw)
+        for p, res, a in zip(prompts, got.results, ar, strict=True):
+            alone = ecospec.generate(target, p[None], **kw)
+            assert res.tokens == alone.tokens == a
+            assert [(s.accepted, s.experts) for s in res.steps] == [(s.accepted, s.experts) for s in alone.steps]
+        if selector in ("ecospec", "oracle"):
+            shared = ecospec.generate_batch(target, prompts, batch_buffer="batch", **kw)
+            assert [r.tokens for r in shared.results] == ar
+
+
+def test_drafters_and_predictor_run_once_per_level_for_the_whole_batch(models64):
+    """One drafter forward per tree level and one predictor forward per step for the whole batch, whatever B."""
+    from ecospec.predictor.model import ExpertPredictor
+
+    target, draft = models64("qwen3_moe-a")
+    vocab = target.config.vocab_size
+    prompts = [prompt(n, vocab, seed=50 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
+    drafters = {"draft_model": DraftModelDrafter(draft), "eagle3": eagle3_drafter(target)}
+    calls = {}
+
+    def count(key):
+        calls[key] += 1
+
+    real_decode = ExpertPredictor._decode
+
+    def counted_decode(self, *a, **k):
+        count("pred")
+        return real_decode(self, *a, **k)
+
+    for name, drafter in drafters.items():
+        module = drafter.model if name == "draft_model" else drafter.head
+        calls.update(draft=0, pred=0)
+        handle = module.register_forward_hook(lambda *_: count("draft"))
+        ExpertPredictor._decode = counted_decode
+        try:
+            got = ecospec.generate_batch(target, prompts, drafter=drafter, selector="ecospec",
+                                         predictor=batch_predictor(target), depth=3, max_new_tokens=10,
+                                         eos_token_id=[])  # fmt: skip
+        finally:
+            handle.remove()
+            ExpertPredictor._decode = real_decode
+        assert got.steps[0].sequences == 3
+        assert calls == {"draft": 3 * len(got.steps), "pred": len(got.steps)}, name
 
 
 def test_generate_batch_sampling_follows_each_prompt_alone(models64):

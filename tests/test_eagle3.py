@@ -328,14 +328,14 @@ def test_begin_across_steps_matches_fresh():
     p = 6
     step = Eagle3Drafter(head, emb)
     tree = grow_tree(*step.begin(toks[:, : p + 1], feats[:, :p], topk=3), step.expand, depth=4)
-    assert len(step.cache) > step.committed == p  # tree entries are in the cache
+    assert len(step.cache) > step.slots.n[0] == p  # tree entries are in the cache
     # step 2: the previous root and three accepted tokens get their hidden states; a new root follows
     q = p + 4
     logp, ids = step.begin(toks[:, p + 1 : q + 1], feats[:, p:q], topk=3)
     tree = grow_tree(logp, ids, step.expand, depth=2)
     assert len(tree) == 3 + 9
     logp, ids = step.begin(toks[:, q + 1 :], feats[:, q:], topk=3)
-    assert len(step.cache) == step.committed == n
+    assert len(step.cache) == step.slots.n[0] == n
 
     fresh = Eagle3Drafter(head, emb)
     logp_f, ids_f = fresh.begin(toks, feats, topk=3)

@@ -235,8 +235,9 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         assert ver[1:] == [node_masks[i] for i in nodes]
 
 
-def test_recurrent_drafter_levels_and_visibility():
-    from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
+def test_recurrent_drafter_levels_and_row_slots():
+    from ecospec.engine.rows import RowSlots
+    from ecospec.engine.tree import DraftTree, missing_levels
 
     tree = DraftTree()
     a, b = tree.add(5, -1, 0.6), tree.add(6, -1, 0.3)  # depth 1
@@ -244,8 +245,21 @@ def test_recurrent_drafter_levels_and_visibility():
     d = tree.add(8, c, 0.2)  # depth 3
     assert missing_levels(tree, [d, b], done={}) == [[a, b], [c], [d]]
     assert missing_levels(tree, [d], done={a: None, c: None}) == [[d]]
-    vis = level_visibility(tree, [c], cached_nodes=[a, b], committed=3)
-    assert vis.tolist() == [[True, True, True, True, False, True]]  # committed, a (parent) not b, itself
+
+    slots = RowSlots(2)
+    qpos, vis = slots.commit([3, 1])  # row 1 has two padded slots
+    assert qpos.tolist() == [[0, 1, 2], [0, 1, 2]] and slots.n == [3, 1]
+    assert vis[0].tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    assert vis[1].tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]  # padding sees only itself
+    qpos, vis = slots.commit([1, 2])
+    assert qpos.tolist() == [[3, 4], [1, 2]]
+    assert vis[1].tolist() == [[1, 0, 0, 1, 0], [1, 0, 0, 1, 1]]  # committed slot 0 and its own block
+    qpos, vis = slots.tree([[4, 4], [2, 2]], [[[], []], [[], []]])  # level 1 at slots 5, 6
+    qpos, vis = slots.tree([[5], [3]], [[[5]], [[6]]])  # level 2: row 0 under slot 5, row 1 under slot 6
+    assert vis[:, 0].int().tolist() == [[1, 1, 1, 1, 0, 1, 0, 1], [1, 0, 0, 1, 1, 0, 1, 1]]
+    assert slots.crop() == 5 and slots.width == 5
+    slots.keep_rows([1])
+    assert slots.n == [3] and slots.valid.tolist() == [[True, False, False, True, True]]
 
 
 def test_adaptive_draft_stop_ends_the_tree_at_the_first_unconfident_level():

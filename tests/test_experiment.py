@@ -31,7 +31,9 @@ def _compose(*overrides: str, hydra: bool = False):
 
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
-    assert EXPERIMENTS == ["predictor", "table1", "table10", "table11_12", "table4", "table9", "tiny_repro", "traces"]
+    assert EXPERIMENTS == [
+        "predictor", "table1", "table10", "table11_12", "table4", "table6_7", "table8", "table9", "tiny_repro", "traces"
+    ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
 
@@ -80,7 +82,7 @@ def test_every_model_method_pair_composes_and_validates_or_says_why(model, metho
         ("topk=0", "topk=0"),
         ("temperature=-0.5", "temperature=-0.5"),
         ("batch_size=0", "batch_size=0"),
-        ("batch_size=4", "batch_size=4"),
+        ("batch_buffer=global", "batch_buffer='global'"),
         ("top_p=0", "top_p=0"),
         ("num_prompts=0", "num_prompts=0"),
         ("gamma=abc", "gamma='abc'"),
@@ -108,6 +110,13 @@ def test_cell_identity_ignores_execution_knobs():
     assert cell_id(a) == cell_id(_compose(*FAST, "force=true", "device=cpu", "logger=wandb", "name=other"))
     for change in ("gamma=5", "seed=1", "temperature=1.0", "model.predictor.checkpoint=acc50", "dataset=gsm8k"):
         assert cell_id(_compose(*FAST, change)) != cell_id(a), change
+    # the expert buffer of a batch identifies a cell only where it changes something: at batch_size > 1
+    assert cell_id(_compose(*FAST, "batch_buffer=batch")) == cell_id(a)
+    b4 = _compose(*FAST, "batch_size=4")
+    assert cell_id(b4) != cell_id(a) and cell_id(_compose(*FAST, "batch_size=4", "batch_buffer=sequence")) == cell_id(
+        b4
+    )
+    assert cell_id(_compose(*FAST, "batch_size=4", "batch_buffer=batch")) != cell_id(b4)
     assert cell_name(a).startswith("tiny_random-ecospec-humaneval-T0-g4-d3-k2-b1-s0-")
     assert set(CELL_KEYS) >= {"model", "method", "dataset", "temperature", "gamma", "batch_size", "seed"}
 
@@ -120,10 +129,11 @@ def test_grid_sweeper_runs_the_union_of_tables_once():
     jobs = sweeper.jobs([])
     keys = [tuple(sorted(j)) for j in jobs]
     assert len(keys) == len(set(keys))
-    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4); "method=ecospec dataset=gsm8k"
-    # is listed by Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's
-    # gamma-4 cells in Table 11-12, are listed twice and skipped by their ok record the second time.)
-    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1
+    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4), 6-7 (2 x 4 x 2 batch sizes and the
+    # batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
+    # Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's gamma-4 cells in
+    # Table 11-12, are listed twice and skipped by their ok record the second time.)
+    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8
     assert sum("method=oracle" in j for j in jobs) == 2
     narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
     assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)
@@ -349,3 +359,65 @@ def test_loop_share_counts_outputs_ending_in_a_period_one_or_two_loop():
         for loop in (True, False, None, True)
     ]  # fmt: skip
     assert summarize(rows)["loop_share"] == pytest.approx(2 / 3)  # an early-stopped output does not count
+
+
+def test_batch_schedule_keeps_dataset_order_and_puts_a_next_turn_in_the_next_batch():
+    from types import SimpleNamespace
+
+    from ecospec.experiment.cell import batch_schedule
+
+    prompts = [SimpleNamespace(turns=("a", "b")), SimpleNamespace(turns=("c",)), SimpleNamespace(turns=("d", "e"))]
+    assert list(batch_schedule(prompts, 2)) == [[(0, 0), (1, 0)], [(2, 0), (0, 1)], [(2, 1)]]
+    assert list(batch_schedule(prompts, 1)) == [[(0, 0)], [(1, 0)], [(2, 0)], [(0, 1)], [(2, 1)]]
+    assert list(batch_schedule(prompts, 8)) == [[(0, 0), (1, 0), (2, 0)], [(0, 1), (2, 1)]]
+
+
+@pytest.mark.parametrize("method, buffer", [("ecospec", "sequence"), ("ecospec", "batch"), ("eagle3", "sequence")])
+def test_batched_cell_equals_the_unbatched_cell_and_reports_pass_metrics(cell, method, buffer):
+    """batch_size=2 on MT-Bench (two turns, the second after its own first answer; 3 prompts: the last batch is
+    smaller): every output equals the batch_size=1 cell's, AR is batched AR at B=2, E is over the batched passes."""
+    one, one_dir = cell(f"method={method}", "dataset=mtbench", "num_prompts=3")
+    ref = run_cell(one, one_dir)
+    cfg, cell_dir = cell(f"method={method}", "dataset=mtbench", "num_prompts=3", "batch_size=2",
+                         f"batch_buffer={buffer}")  # fmt: skip
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    s = rec["summary"]
+    assert [(r["id"], r["turn"], r["tokens"]) for r in rec["prompts"]] == [
+        (r["id"], r["turn"], r["tokens"]) for r in ref["prompts"]
+    ]  # lossless, and in dataset order
+    assert s["matches_ar"] == 1.0 and s["batch_size"] == 2
+    batches = rec["batches"]
+    assert [b["sequences"] for b in batches] == [2, 2, 2]  # p0 p1 | p2 p0' | p1' p2'
+    assert s["passes"] == sum(b["passes"] for b in batches) and s["steps"] >= s["passes"]
+    assert s["alpha"] == sum(r["accepted"] for r in rec["prompts"]) / s["steps"]  # per sequence
+    assert s["experts_per_layer"] >= ref["summary"]["experts_per_layer"]  # the union over a pass's sequences
+    assert s["seconds"] == pytest.approx(sum(b["seconds"] for b in batches))  # each batch's wall time once
+    assert s["rho"] == pytest.approx(s["ar_t_step_s"] / s["t_verify_s"])
+    if buffer == "sequence" and method == "ecospec":
+        assert s["alpha"] == pytest.approx(ref["summary"]["alpha"])  # the same trees, selections and acceptances
+
+
+def test_batched_cell_resumes_whole_batches(cell, monkeypatch):
+    """A killed batched cell keeps its finished batches (progress.jsonl) and recomputes only the rest."""
+    import ecospec
+    import ecospec.experiment.cell as cell_mod
+
+    cfg, cell_dir = cell("method=eagle3", "num_prompts=4", "batch_size=2", "ar_baseline=cached")
+    calls = []
+    real = ecospec.generate_batch
+
+    def dies_on_second(*args, **kwargs):
+        calls.append(len(args[1]))
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cell_mod.ecospec, "generate_batch", dies_on_second)
+    assert run_cell(cfg, cell_dir)["status"] == "failed"
+    keys = [json.loads(line)["key"] for line in (cell_dir / PROGRESS).read_text().splitlines()]
+    assert keys[-1] == "eagle3/batch/0" and len(keys) == 3
+    monkeypatch.setattr(cell_mod.ecospec, "generate_batch", real)
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    assert len(rec["batches"]) == 2 and rec["summary"]["matches_ar"] == 1.0

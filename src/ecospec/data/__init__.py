@@ -28,7 +28,7 @@ from ecospec.data.benchmarks import DATASETS
 from ecospec.data.encode import encode_turn
 from ecospec.data.formats import Prompt
 from ecospec.data.humaneval import humaneval_prompts
-from ecospec.data.loading import DatasetUnavailableError, PromptSet, fetch_all, load_prompts
+from ecospec.data.loading import DatasetUnavailableError, PromptSet, fetch_all, load_mix, load_prompts
 
 __all__ = [
     "DATASETS",
@@ -38,5 +38,6 @@ __all__ = [
     "encode_turn",
     "fetch_all",
     "humaneval_prompts",
+    "load_mix",
     "load_prompts",
 ]

@@ -11,6 +11,8 @@ import gzip
 import importlib.metadata
 import json
 import os
+import random
+from collections.abc import Sequence
 from pathlib import Path
 
 from ecospec.data import vendored
@@ -54,6 +56,30 @@ def load_prompts(
     exemplars, ``test`` for the questions). Without `source`, a dataset that neither the Hub nor the datasets cache
     can serve comes from its vendored copy when there is one (gsm8k, math500, mtbench: ``make data-offline``)."""
     return _load(name, limit, source, fallback=True, split=split)
+
+
+def load_mix(
+    members: Sequence[str], instances: int, seed: int = 0, limit: int | None = None, split: str = "all"
+) -> PromptSet:
+    """`instances` prompts drawn without replacement, with a fixed seed, from the pooled `split` of the benchmarks
+    `members` (paper Table 8: 100 instances from the seven datasets), then the first `limit` of them. They keep
+    the pool's order (members in the given order, each in dataset order), so batches form in a stable order."""
+    if not members:
+        raise ValueError("dataset mix: members is empty (name the benchmarks to draw from)")
+    if instances < 1:
+        raise ValueError(f"dataset mix: instances must be >= 1, got {instances}")
+    pool, sources = [], []
+    for name in members:
+        got = load_prompts(name, None, None, split=split)
+        pool += got
+        sources.append(got.source)
+    if instances > len(pool):
+        raise ValueError(
+            f"dataset mix: {instances} instances asked, the {split} split of {', '.join(members)} has {len(pool)}"
+        )
+    drawn = sorted(random.Random(seed).sample(range(len(pool)), instances))
+    prompts = [pool[i] for i in drawn]
+    return PromptSet(prompts if limit is None else prompts[:limit], source="mix:" + ",".join(sources))
 
 
 def _load(name: str, limit: int | None, source: str | Path | None, fallback: bool, split: str = "all") -> PromptSet:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import torch
 
+from ecospec.engine.batch import drop_rows
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
-from ecospec.engine.tree import DraftTree
+from ecospec.engine.rows import RowSlots, aligned_levels, pad_rows
+from ecospec.engine.tree import DraftTree, missing_levels
 
 
 class DraftModelDrafter:
-    """Wraps any HF causal LM sharing the target's vocabulary.
+    """Wraps any HF causal LM sharing the target's vocabulary, for a batch of rows like `Eagle3Drafter`.
 
-    Its cache holds the committed sequence; tree nodes of the current step are appended behind it
-    (one slot per expanded beam node) and dropped at the next `begin`.
+    Its cache holds the committed sequence of every row (`engine.rows.RowSlots`); tree nodes of the current step
+    are appended behind it (one slot per expanded node) and dropped at the next `begin`.
     """
 
     hidden_layers: tuple[int, ...] = ()
@@ -20,56 +22,93 @@ class DraftModelDrafter:
     def __init__(self, model):
         self.model = model.eval()
         self.vocab_size = model.config.vocab_size
-        self.layout = attention_layout(model.config)
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, rows: int = 1) -> None:
+        self.layout = attention_layout(self.model.config, self.model)  # per generation: the model may have moved
+        self.device = self.model.device
         self.cache = new_cache()
-        self.committed = 0
-        self.slots: dict[int, int] = {}  # tree node -> its slot index behind the committed cache
-        self.slot_pos: list[int] = []  # position id of each slot
+        self.slots = RowSlots(rows)
+        self._drop_tree()
 
-    def _topk(self, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _drop_tree(self) -> None:
+        width = self.slots.width
+        if width > self.slots.crop():
+            self.cache.crop(self.slots.width - width)  # transformers >= 5.24: crop(-n) drops the last n
+        rows = self.slots.rows
+        self._trees: list[DraftTree | None] = [None] * rows
+        self._node_slot: list[dict[int, int]] = [{} for _ in range(rows)]  # tree node -> its cache slot
+        self._node_logits: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]  # tree node -> logits [V]
+
+    def keep_rows(self, keep: list[int]) -> None:
+        """Only rows `keep` (in that order) stay: finished sequences leave the batch."""
+        drop_rows(self.cache, keep)
+        self.slots.keep_rows(keep)
+        self._trees = [self._trees[b] for b in keep]
+        self._node_slot = [self._node_slot[b] for b in keep]
+        self._node_logits = [self._node_logits[b] for b in keep]
+
+    def _forward(self, tokens: torch.Tensor, qpos: torch.Tensor, vis: torch.Tensor, keep) -> torch.Tensor:
+        dev = self.device
+        kpos = self.slots.pos.to(dev) if self.layout.windowed else None  # only sliding windows read positions
+        out = forward_block(
+            self.model, self.layout, self.cache, tokens.to(dev), qpos.to(dev), kpos, vis.to(dev), logits_to_keep=keep
+        )
+        return out.logits
+
+    @staticmethod
+    def _topk(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.log_softmax(logits.float(), dim=-1).topk(topk, dim=-1)
 
     @torch.no_grad()
     def begin(self, new_tokens: torch.Tensor, new_hidden, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-        dev = self.model.device
-        extra = self.cache.get_seq_length() - self.committed
-        if extra:
-            self.cache.crop(-extra)
-        self.slots, self.slot_pos = {}, []
-        m = new_tokens.shape[1]
-        c = self.committed
-        pos = torch.arange(c, c + m, device=dev)
-        kpos = torch.arange(c + m, device=dev)
-        vis = torch.ones(m, c + m, dtype=torch.bool, device=dev).tril(diagonal=c)
-        out = forward_block(self.model, self.layout, self.cache, new_tokens.to(dev), pos, kpos, vis, logits_to_keep=1)
-        self.committed = c + m
-        logp, ids = self._topk(out.logits[0, -1], topk)
-        return logp, ids
+        logp, ids = self.begin_rows([new_tokens[0]], None, topk)
+        return logp[0], ids[0]
+
+    @torch.no_grad()
+    def begin_rows(self, new_tokens: list[torch.Tensor], new_hidden, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`begin` for every row in one forward: new_tokens[b] [m_b] -> (log-probs [B, k], ids [B, k])."""
+        if len(new_tokens) != self.slots.rows:
+            raise ValueError(f"begin_rows: {len(new_tokens)} rows of tokens for a drafter of {self.slots.rows} rows")
+        self._drop_tree()
+        counts = [t.shape[0] for t in new_tokens]
+        qpos, vis = self.slots.commit(counts)
+        last = sorted({c - 1 for c in counts})  # each row's last new token: the logits to keep
+        logits = self._forward(pad_rows(list(new_tokens)), qpos, vis, torch.tensor(last) if len(last) > 1 else 1)
+        col = [last.index(c - 1) for c in counts] if len(last) > 1 else [0] * len(counts)
+        return self._topk(logits[torch.arange(len(counts)), torch.tensor(col)], topk)
 
     @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-        dev = self.model.device
-        c, s, b = self.committed, len(self.slot_pos), len(beam)
-        root_pos = c - 1
-        qpos = [root_pos + tree.depths[n] for n in beam]
-        rows = []  # per beam node: which tree slots it sees (its ancestors, beam nodes of earlier levels, and itself)
-        for row, node in enumerate(beam):
-            seen = [False] * (s + b)
-            anc = tree.parents[node]
-            while anc >= 0:
-                seen[self.slots[anc]] = True
-                anc = tree.parents[anc]
-            seen[s + row] = True
-            rows.append(seen)
-        vis = torch.cat([torch.ones(b, c, dtype=torch.bool), torch.tensor(rows, dtype=torch.bool)], dim=1)
-        for row, node in enumerate(beam):
-            self.slots[node] = s + row
-        self.slot_pos.extend(qpos)
-        qpos_t = torch.tensor(qpos, device=dev)
-        kpos = torch.cat([torch.arange(c, device=dev), torch.tensor(self.slot_pos, device=dev)])
-        tokens = torch.tensor([[tree.tokens[n] for n in beam]], device=dev)
-        out = forward_block(self.model, self.layout, self.cache, tokens, qpos_t, kpos, vis.to(dev))
-        return self._topk(out.logits[0], topk)
+        logp, ids = self.expand_rows([tree], [beam], topk)
+        return logp[0], ids[0]
+
+    @torch.no_grad()
+    def expand_rows(
+        self, trees: list[DraftTree], beams: list[list[int]], topk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Children of every row's beam nodes ([B, beam, k] twice): the beam nodes (and any ancestor not yet in the
+        cache) run through the model, one forward per tree level for all rows."""
+        if any(t is not mine for t, mine in zip(trees, self._trees, strict=True)):
+            self._drop_tree()
+            self._trees = list(trees)
+        levels = [missing_levels(t, b, slots) for t, b, slots in zip(trees, beams, self._node_slot, strict=True)]
+        for nodes in aligned_levels(levels):
+            positions, sees = [], []
+            for b, (tree, level) in enumerate(zip(trees, nodes, strict=True)):
+                root_pos = self.slots.n[b] - 1  # the root is the row's last committed token
+                positions.append([root_pos + tree.depths[n] for n in level])
+                sees.append([[self._node_slot[b][a] for a in tree.path(n)[:-1]] for n in level])
+            start = self.slots.width
+            tokens = pad_rows(
+                [torch.tensor([t.tokens[n] for n in level]) for t, level in zip(trees, nodes, strict=True)]
+            )
+            qpos, vis = self.slots.tree(positions, sees)
+            out = self._forward(tokens, qpos, vis, 0)
+            for b, level in enumerate(nodes):
+                for i, n in enumerate(level):
+                    self._node_slot[b][n] = start + i
+                    self._node_logits[b][n] = out[b, i]
+        rows = zip(beams, self._node_logits, strict=True)
+        beam_logits = torch.stack([torch.stack([lg[n] for n in beam]) for beam, lg in rows])
+        return self._topk(beam_logits, topk)

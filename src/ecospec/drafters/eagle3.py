@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ecospec.engine.masks import visibility
-from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
+from ecospec.engine.rows import RowSlots, aligned_levels, pad_rows
+from ecospec.engine.tree import DraftTree, missing_levels
 
 __all__ = [
     "Eagle3Config",
@@ -163,7 +164,7 @@ def _rope_frequencies(config: Eagle3Config) -> tuple[torch.Tensor, float]:
 
 
 class KVCache:
-    """The head's KV cache: key/value tensors [1, kv_heads, T, head_dim]; grows by append, shrinks by crop."""
+    """The head's KV cache: key/value tensors [B, kv_heads, T, head_dim]; grows by append, shrinks by crop."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -179,6 +180,10 @@ class KVCache:
             self.k = torch.cat([self.k, k], dim=2)
             self.v = torch.cat([self.v, v], dim=2)
         return self.k, self.v
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
     def crop(self, length: int) -> None:
         if self.k is not None and length < len(self):
@@ -226,6 +231,8 @@ class _Attention(nn.Module):
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cos, sin = self._cos_sin(positions, x.dtype)
+        if positions.dim() == 2:  # per row [B, q] -> [B, 1, q, head_dim] against x [B, heads, q, head_dim]
+            cos, sin = cos[:, None], sin[:, None]
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
@@ -243,9 +250,8 @@ class _Attention(nn.Module):
         ks = self._rotate(ks.transpose(1, 2), positions)
         if cache is not None:
             ks, vs = cache.append(ks, vs)
-        out = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=visible[None, None], scale=self.head_dim**-0.5, enable_gqa=True
-        )
+        mask = visible[:, None] if visible.dim() == 3 else visible[None, None]
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.head_dim))
 
 
@@ -328,9 +334,10 @@ class Eagle3Head(nn.Module):
         cache: KVCache | None = None,
         visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One pass of the decoder layer. hidden, embeds [1, q, H] (hidden already projected or recurrent);
-        positions [q]; the new keys are appended to `cache`; visible: bool [q, len(cache) + q] (None =
-        causal over the cache and the new block). Returns the output hidden state [1, q, H] (pre-norm)."""
+        """One pass of the decoder layer. hidden, embeds [B, q, H] (hidden already projected or recurrent);
+        positions [q] (or per row [B, q]); the new keys are appended to `cache`; visible: bool [q, len(cache) + q]
+        (or per row [B, q, len(cache) + q]; None = causal over the cache and the new block). Returns the output
+        hidden state [B, q, H] (pre-norm)."""
         q = hidden.shape[1]
         past = 0 if cache is None else len(cache)
         if visible is None:
@@ -351,8 +358,10 @@ class Eagle3Head(nn.Module):
 
 
 class Eagle3Drafter:
-    """`Drafter` over an `Eagle3Head`. Keeps the head's KV cache of committed entries; tree entries appended
-    by `expand` are dropped at the next `begin` (or when a different tree object is expanded)."""
+    """`Drafter` over an `Eagle3Head`, for a batch of rows (`reset(rows)`; the single-sequence protocol is row 0
+    of a batch of one). Keeps the head's KV cache of committed entries (`engine.rows.RowSlots` says which slots
+    hold what); tree entries appended by `expand` are dropped at the next `begin` (or when a different tree object
+    is expanded)."""
 
     def __init__(
         self,
@@ -369,18 +378,30 @@ class Eagle3Drafter:
 
     # -- state --------------------------------------------------------------------------------------
 
-    def reset(self) -> None:
+    def reset(self, rows: int = 1) -> None:
         self.cache = KVCache()
-        self.committed = 0  # committed head entries (= target hidden states consumed)
+        self.slots = RowSlots(rows)
         self._topk = 1
-        self._root_out: torch.Tensor | None = None  # head output at the root's entry [H]
+        self._root_out: torch.Tensor | None = None  # head output at each row's root entry [B, H]
         self._drop_tree()
 
     def _drop_tree(self) -> None:
-        self.cache.crop(self.committed)
-        self._tree: DraftTree | None = None
-        self._slot_node: list[int] = []  # cache slot committed + i holds tree node _slot_node[i]
-        self._node_out: dict[int, torch.Tensor] = {}  # node -> head output hidden [H]
+        self.cache.crop(self.slots.crop())
+        rows = self.slots.rows
+        self._trees: list[DraftTree | None] = [None] * rows
+        self._node_slot: list[dict[int, int]] = [{} for _ in range(rows)]  # node -> its cache slot
+        self._node_out: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]  # node -> head output [H]
+
+    def keep_rows(self, keep: list[int]) -> None:
+        """Only rows `keep` (in that order) stay: finished sequences leave the batch."""
+        index = torch.tensor(keep, dtype=torch.long, device=self.head.device)
+        self.cache.keep_rows(index)
+        self.slots.keep_rows(keep)
+        if self._root_out is not None:
+            self._root_out = self._root_out[index]
+        self._trees = [self._trees[b] for b in keep]
+        self._node_slot = [self._node_slot[b] for b in keep]
+        self._node_out = [self._node_out[b] for b in keep]
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -408,52 +429,83 @@ class Eagle3Drafter:
             raise ValueError("Eagle3Drafter needs the target's hidden states (hidden_layers is non-empty)")
         if new_tokens.dim() != 2 or new_tokens.shape[0] != 1 or new_hidden.dim() != 3 or new_hidden.shape[0] != 1:
             raise ValueError("begin expects new_tokens [1, m] and new_hidden [1, m', F] (batch size 1)")
-        m, m_h = new_tokens.shape[1], new_hidden.shape[1]
-        if not 1 <= m_h <= m:
-            raise ValueError(f"need 1 <= m' <= m, got m={m}, m'={m_h}")
-        if new_hidden.shape[-1] != self.head.config.feature_size:
-            raise ValueError(
-                f"new_hidden has width {new_hidden.shape[-1]}, expected {self.head.config.feature_size} "
-                f"(hidden_states{list(self.hidden_layers)} concatenated)"
-            )
-        self._drop_tree()
-        # new_hidden[:, j] (target position committed + j) is paired with the token that follows it.
-        tokens = new_tokens[:, m - m_h :]
-        dev, dt = self.head.device, self.head.dtype
-        hidden = self.head.project(new_hidden.to(device=dev, dtype=dt))
-        positions = torch.arange(self.committed, self.committed + m_h, device=dev)
-        out = self.head(hidden, self._embed(tokens), positions, self.cache)
-        self.committed += m_h
-        self._topk = topk
-        self._root_out = out[0, -1]
-        logp, ids = self._topk_children(self._root_out[None], topk)
+        logp, ids = self.begin_rows([new_tokens[0]], [new_hidden[0]], topk)
         return logp[0], ids[0]
 
     @torch.no_grad()
+    def begin_rows(
+        self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`begin` for every row at once (one head forward): new_tokens[b] [m_b], new_hidden[b] [m'_b, F].
+        Returns the roots' top-k children: (log-probs [B, k], target ids [B, k])."""
+        if new_hidden is None:
+            raise ValueError("Eagle3Drafter needs the target's hidden states (hidden_layers is non-empty)")
+        if len(new_tokens) != self.slots.rows or len(new_hidden) != self.slots.rows:
+            raise ValueError(f"begin_rows: {len(new_tokens)} rows of tokens for a drafter of {self.slots.rows} rows")
+        for toks, hid in zip(new_tokens, new_hidden, strict=True):
+            m, m_h = toks.shape[0], hid.shape[0]
+            if not 1 <= m_h <= m:
+                raise ValueError(f"need 1 <= m' <= m, got m={m}, m'={m_h}")
+            if hid.dim() != 2 or hid.shape[-1] != self.head.config.feature_size:
+                raise ValueError(
+                    f"new_hidden has width {hid.shape[-1]}, expected {self.head.config.feature_size} "
+                    f"(hidden_states{list(self.hidden_layers)} concatenated)"
+                )
+        self._drop_tree()
+        dev, dt = self.head.device, self.head.dtype
+        # new_hidden[b][j] (the row's target position committed + j) is paired with the token that follows it.
+        counts = [h.shape[0] for h in new_hidden]
+        tokens = pad_rows([t[t.shape[0] - c :].to(dev) for t, c in zip(new_tokens, counts, strict=True)])
+        hidden = self.head.project(pad_rows([h.to(device=dev, dtype=dt) for h in new_hidden]))
+        positions, visible = self.slots.commit(counts)
+        out = self.head(hidden, self._embed(tokens), positions.to(dev), self.cache, visible.to(dev))
+        self._topk = topk
+        self._root_out = out[torch.arange(len(counts)), torch.tensor(counts) - 1]
+        return self._topk_children(self._root_out, topk)
+
+    @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, ids = self.expand_rows([tree], [beam], topk)
+        return logp[0], ids[0]
+
+    @torch.no_grad()
+    def expand_rows(
+        self, trees: list[DraftTree], beams: list[list[int]], topk: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`expand` for every row at once (one head forward per missing tree level, all rows together; the rows'
+        beams must be alike in shape, as `grow_trees` makes them). Returns ([B, beam, k], [B, beam, k])."""
         if self._root_out is None:
             raise RuntimeError("expand called before begin")
         k = self._topk if topk is None else topk
-        if tree is not self._tree:
+        if any(t is not mine for t, mine in zip(trees, self._trees, strict=True)):
             self._drop_tree()
-            self._tree = tree
+            self._trees = list(trees)
         # Every ancestor of a beam node must be in the cache; run the missing ones level by level.
-        for nodes in missing_levels(tree, beam, self._node_out):
-            self._run_level(tree, nodes, tree.depths[nodes[0]])
-        outs = torch.stack([self._node_out[b] for b in beam])
+        levels = [missing_levels(t, b, outs) for t, b, outs in zip(trees, beams, self._node_out, strict=True)]
+        for depth_nodes in aligned_levels(levels):
+            self._run_level(trees, depth_nodes)
+        outs = torch.stack([torch.stack([outs[n] for n in b]) for b, outs in zip(beams, self._node_out, strict=True)])
         return self._topk_children(outs, k)
 
-    def _run_level(self, tree: DraftTree, nodes: list[int], depth: int) -> None:
+    def _run_level(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
+        """One head forward over one tree level of every row (nodes[b]: row b's nodes, all at one depth)."""
         dev = self.head.device
-        parents = [tree.parents[n] for n in nodes]
-        hidden = torch.stack([self._root_out if p < 0 else self._node_out[p] for p in parents])[None]
-        tokens = torch.tensor([[tree.tokens[n] for n in nodes]], device=dev)
-        positions = torch.full((len(nodes),), self.committed - 1 + depth, device=dev)  # root at committed - 1
-        visible = level_visibility(tree, nodes, self._slot_node, self.committed)
-        out = self.head(hidden, self._embed(tokens), positions, self.cache, visible.to(dev))
-        for i, n in enumerate(nodes):
-            self._slot_node.append(n)
-            self._node_out[n] = out[0, i]
+        hidden, tokens, positions, sees = [], [], [], []
+        for b, (tree, level) in enumerate(zip(trees, nodes, strict=True)):
+            parents = [tree.parents[n] for n in level]
+            outs = self._node_out[b]
+            hidden.append(torch.stack([self._root_out[b] if p < 0 else outs[p] for p in parents]))
+            tokens.append(torch.tensor([tree.tokens[n] for n in level]))
+            root_pos = self.slots.n[b] - 1  # the root's entry is the row's last committed one
+            positions.append([root_pos + tree.depths[n] for n in level])
+            sees.append([[self._node_slot[b][a] for a in tree.path(n)[:-1]] for n in level])
+        start = self.slots.width
+        qpos, visible = self.slots.tree(positions, sees)
+        out = self.head(pad_rows(hidden), self._embed(pad_rows(tokens)), qpos.to(dev), self.cache, visible.to(dev))
+        for b, level in enumerate(nodes):
+            for i, n in enumerate(level):
+                self._node_slot[b][n] = start + i
+                self._node_out[b][n] = out[b, i]
 
 
 def init_random_weights(head: Eagle3Head, std: float = 0.02, seed: int = 0) -> Eagle3Head:

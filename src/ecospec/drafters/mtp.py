@@ -49,8 +49,11 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3RotaryEmbedding,
 )
 
+from ecospec.engine.batch import drop_rows
+from ecospec.engine.forward import crop_cache
 from ecospec.engine.masks import to_4d, visibility
-from ecospec.engine.tree import DraftTree, level_visibility, missing_levels
+from ecospec.engine.rows import RowSlots, aligned_levels, pad_rows
+from ecospec.engine.tree import DraftTree, missing_levels
 
 __all__ = ["MtpHead", "MtpDrafter", "init_random_weights"]
 
@@ -128,12 +131,13 @@ class MtpHead(nn.Module):
         positions: torch.Tensor,
         cache=None,
         visible: torch.Tensor | None = None,
-        logits_to_keep: int = 0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits_to_keep: int | None = 0,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """One pass over q entries. input_ids [B, q]: token t_{i+1} of each entry; hidden [B, q, H]: h_i
-        (target final hidden state, or the head's own `out` at the parent); positions [q]. New keys are
-        appended to `cache` (a DynamicCache, or None); visible: bool [q, cached + q] (None = causal over
-        cache and block). Returns (logits [B, q or logits_to_keep, V], out [B, q, H] after shared_head.norm).
+        (target final hidden state, or the head's own `out` at the parent); positions [q] (or per row [B, q]).
+        New keys are appended to `cache` (a DynamicCache, or None); visible: bool [q, cached + q] (or per row
+        [B, q, cached + q]; None = causal over cache and block). Returns (logits [B, q or logits_to_keep, V], or
+        None when logits_to_keep is None; out [B, q, H] after shared_head.norm).
         """
         q = input_ids.shape[1]
         hidden = hidden.to(device=self.device, dtype=self.dtype)
@@ -144,7 +148,8 @@ class MtpHead(nn.Module):
         rope = self._rope[0]
         if rope.inv_freq.device != x.device:
             rope.to(x.device)
-        pos = positions.to(x.device)[None]
+        pos = positions.to(x.device)
+        pos = pos if pos.dim() == 2 else pos[None]
         y = self.decoder(
             x,
             attention_mask=to_4d(visible.to(x.device), x.dtype, additive=True),
@@ -154,13 +159,16 @@ class MtpHead(nn.Module):
             position_embeddings=rope(x, pos),
         )
         out = self.shared_head.norm(y)
+        if logits_to_keep is None:  # the caller takes logits of some outputs itself
+            return None, out
         return self.logits(out[:, -logits_to_keep:] if logits_to_keep else out), out
 
 
 class MtpDrafter:
-    """`Drafter` over an `MtpHead` (see `ecospec.drafters.base`). Keeps the head's KV cache of committed
-    entries; tree entries appended by `expand` are dropped at the next `begin` (or when a different tree
-    object is expanded). `target` supplies the embedding / lm_head the head has no copy of."""
+    """`Drafter` over an `MtpHead` (see `ecospec.drafters.base`), for a batch of rows like `Eagle3Drafter`. Keeps
+    the head's KV cache of committed entries; tree entries appended by `expand` are dropped at the next `begin`
+    (or when a different tree object is expanded). `target` supplies the embedding / lm_head the head has no copy
+    of."""
 
     def __init__(self, head: MtpHead, target=None):
         if target is not None:
@@ -170,22 +178,31 @@ class MtpDrafter:
         self.hidden_layers = (head.config.num_hidden_layers,)  # after model.norm (module docstring)
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, rows: int = 1) -> None:
         from transformers import DynamicCache
 
         self.cache = DynamicCache()
-        self.committed = 0  # committed head entries (= target hidden states consumed)
+        self.slots = RowSlots(rows)
         self._topk = 1
-        self._root_out: torch.Tensor | None = None  # head output at the root's entry [H]
+        self._root_out: torch.Tensor | None = None  # head output at each row's root entry [B, H]
         self._drop_tree()
 
     def _drop_tree(self) -> None:
-        extra = self.cache.get_seq_length() - self.committed
-        if extra:
-            self.cache.crop(-extra)  # transformers >= 5.24: crop(-n) drops the last n entries
-        self._tree: DraftTree | None = None
-        self._slot_node: list[int] = []  # cache slot committed + i holds tree node _slot_node[i]
-        self._node_out: dict[int, torch.Tensor] = {}  # node -> head output [H]
+        crop_cache(self.cache, self.slots.crop())
+        rows = self.slots.rows
+        self._trees: list[DraftTree | None] = [None] * rows
+        self._node_slot: list[dict[int, int]] = [{} for _ in range(rows)]  # node -> its cache slot
+        self._node_out: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]  # node -> head output [H]
+
+    def keep_rows(self, keep: list[int]) -> None:
+        """Only rows `keep` (in that order) stay: finished sequences leave the batch."""
+        drop_rows(self.cache, keep)
+        self.slots.keep_rows(keep)
+        if self._root_out is not None:
+            self._root_out = self._root_out[torch.tensor(keep, dtype=torch.long, device=self._root_out.device)]
+        self._trees = [self._trees[b] for b in keep]
+        self._node_slot = [self._node_slot[b] for b in keep]
+        self._node_out = [self._node_out[b] for b in keep]
 
     def _topk_children(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if logits.dtype != torch.float64:
@@ -200,45 +217,74 @@ class MtpDrafter:
             raise ValueError("MtpDrafter needs the target's final hidden states (hidden_layers is non-empty)")
         if new_tokens.dim() != 2 or new_tokens.shape[0] != 1 or new_hidden.dim() != 3 or new_hidden.shape[0] != 1:
             raise ValueError("begin expects new_tokens [1, m] and new_hidden [1, m', H] (batch size 1)")
-        m, m_h = new_tokens.shape[1], new_hidden.shape[1]
-        if not 1 <= m_h <= m:
-            raise ValueError(f"need 1 <= m' <= m, got m={m}, m'={m_h}")
-        if new_hidden.shape[-1] != self.head.config.hidden_size:
-            raise ValueError(f"new_hidden has width {new_hidden.shape[-1]}, expected {self.head.config.hidden_size}")
+        logp, ids = self.begin_rows([new_tokens[0]], [new_hidden[0]], topk)
+        return logp[0], ids[0]
+
+    @torch.no_grad()
+    def begin_rows(
+        self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`begin` for every row in one head forward (see `Eagle3Drafter.begin_rows`)."""
+        if new_hidden is None:
+            raise ValueError("MtpDrafter needs the target's final hidden states (hidden_layers is non-empty)")
+        if len(new_tokens) != self.slots.rows or len(new_hidden) != self.slots.rows:
+            raise ValueError(f"begin_rows: {len(new_tokens)} rows of tokens for a drafter of {self.slots.rows} rows")
+        for toks, hid in zip(new_tokens, new_hidden, strict=True):
+            m, m_h = toks.shape[0], hid.shape[0]
+            if not 1 <= m_h <= m:
+                raise ValueError(f"need 1 <= m' <= m, got m={m}, m'={m_h}")
+            if hid.dim() != 2 or hid.shape[-1] != self.head.config.hidden_size:
+                raise ValueError(f"new_hidden has width {hid.shape[-1]}, expected {self.head.config.hidden_size}")
         self._drop_tree()
-        # new_hidden[:, j] (target position committed + j) is paired with the token that follows it.
-        positions = torch.arange(self.committed, self.committed + m_h)
-        logits, out = self.head(new_tokens[:, m - m_h :], new_hidden, positions, self.cache, logits_to_keep=1)
-        self.committed += m_h
+        # new_hidden[b][j] (the row's target position committed + j) is paired with the token that follows it.
+        counts = [h.shape[0] for h in new_hidden]
+        tokens = pad_rows([t[t.shape[0] - c :] for t, c in zip(new_tokens, counts, strict=True)])
+        positions, visible = self.slots.commit(counts)
+        _, out = self.head(tokens, pad_rows(list(new_hidden)), positions, self.cache, visible, logits_to_keep=None)
         self._topk = topk
-        self._root_out = out[0, -1]
-        logp, ids = self._topk_children(logits[0, -1], topk)
-        return logp, ids
+        self._root_out = out[torch.arange(len(counts)), torch.tensor(counts) - 1]
+        return self._topk_children(self.head.logits(self._root_out), topk)
 
     @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, ids = self.expand_rows([tree], [beam], topk)
+        return logp[0], ids[0]
+
+    @torch.no_grad()
+    def expand_rows(
+        self, trees: list[DraftTree], beams: list[list[int]], topk: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`expand` for every row, one head forward per missing tree level (see `Eagle3Drafter.expand_rows`)."""
         if self._root_out is None:
             raise RuntimeError("expand called before begin")
         k = self._topk if topk is None else topk
-        if tree is not self._tree:
+        if any(t is not mine for t, mine in zip(trees, self._trees, strict=True)):
             self._drop_tree()
-            self._tree = tree
+            self._trees = list(trees)
         # Every ancestor of a beam node must be in the cache; run the missing ones level by level.
-        for nodes in missing_levels(tree, beam, self._node_out):
-            self._run_level(tree, nodes, tree.depths[nodes[0]])
-        outs = torch.stack([self._node_out[b] for b in beam])
+        levels = [missing_levels(t, b, outs) for t, b, outs in zip(trees, beams, self._node_out, strict=True)]
+        for depth_nodes in aligned_levels(levels):
+            self._run_level(trees, depth_nodes)
+        outs = torch.stack([torch.stack([outs[n] for n in b]) for b, outs in zip(beams, self._node_out, strict=True)])
         return self._topk_children(self.head.logits(outs), k)
 
-    def _run_level(self, tree: DraftTree, nodes: list[int], depth: int) -> None:
-        parents = [tree.parents[n] for n in nodes]
-        hidden = torch.stack([self._root_out if p < 0 else self._node_out[p] for p in parents])[None]
-        tokens = torch.tensor([[tree.tokens[n] for n in nodes]])
-        positions = torch.full((len(nodes),), self.committed - 1 + depth)
-        visible = level_visibility(tree, nodes, self._slot_node, self.committed)
-        _, out = self.head(tokens, hidden, positions, self.cache, visible)
-        for i, n in enumerate(nodes):
-            self._slot_node.append(n)
-            self._node_out[n] = out[0, i]
+    def _run_level(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
+        hidden, tokens, positions, sees = [], [], [], []
+        for b, (tree, level) in enumerate(zip(trees, nodes, strict=True)):
+            parents = [tree.parents[n] for n in level]
+            outs = self._node_out[b]
+            hidden.append(torch.stack([self._root_out[b] if p < 0 else outs[p] for p in parents]))
+            tokens.append(torch.tensor([tree.tokens[n] for n in level]))
+            root_pos = self.slots.n[b] - 1  # the root's entry is the row's last committed one
+            positions.append([root_pos + tree.depths[n] for n in level])
+            sees.append([[self._node_slot[b][a] for a in tree.path(n)[:-1]] for n in level])
+        start = self.slots.width
+        qpos, visible = self.slots.tree(positions, sees)
+        _, out = self.head(pad_rows(tokens), pad_rows(hidden), qpos, self.cache, visible, logits_to_keep=None)
+        for b, level in enumerate(nodes):
+            for i, n in enumerate(level):
+                self._node_slot[b][n] = start + i
+                self._node_out[b][n] = out[b, i]
 
 
 def init_random_weights(head: MtpHead, std: float = 0.2, seed: int = 0) -> MtpHead:

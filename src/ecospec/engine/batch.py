@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from ecospec.engine.forward import AttentionLayout, cache_len, filled_layers
-from ecospec.engine.masks import apply_window, to_4d
+from ecospec.engine.forward import AttentionLayout, cache_len, filled_layers, forward_block
 
 
 @dataclass(frozen=True)
@@ -69,18 +68,9 @@ def forward_rows(
         vis[b, :m, c : c + m] = blk.visible
         vis[b, m:, c + m :] = torch.eye(q - m, dtype=torch.bool)
         real[b, :m] = True
-    additive = model.config._attn_implementation == "eager"  # eager adds the mask; SDPA takes a bool one as is
     device = model.device
-    masks = {
-        t: to_4d(apply_window(vis, qpos, kpos, w), model.dtype, additive).to(device) for t, w in layout.windows.items()
-    }
-    out = model(
-        input_ids=tokens.to(device),
-        position_ids=qpos.to(device),
-        attention_mask=masks if layout.by_type else next(iter(masks.values())),
-        cache=cache,
-        use_cache=True,
-        output_hidden_states=hidden,
+    out = forward_block(
+        model, layout, cache, tokens.to(device), qpos.to(device), kpos.to(device), vis.to(device), hidden=hidden
     )
     return out, real
 

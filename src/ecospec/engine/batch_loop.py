@@ -3,24 +3,24 @@ nodes; one target forward verifies every sequence's block; each sequence accepts
 once finished, leaves the batch.
 
 Reads like `loop.generate`, with a row axis. Each sequence's tokens and per-step records equal `generate()` on
-its prompt alone (greedy: token for token; sampling: each row has its own generator seeded with `seed`).
-Not yet batched: the drafters and the predictor run once per sequence (a shallow copy each, sharing weights).
+its prompt alone (greedy: token for token; sampling: each row has its own generator seeded with `seed`). The
+drafter and the predictor are batched as well (`begin_rows` / `expand_rows` / `predict_rows`): one drafter
+forward per tree level and one predictor forward per step for the whole batch.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
 
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.batch import RowBlock, compact_rows, drop_rows, forward_rows
-from ecospec.engine.forward import attention_layout, cache_len, new_cache
+from ecospec.engine.forward import attention_layout, cache_len, crop_cache, new_cache
 from ecospec.engine.loop import COST_AWARE, _check, _now, eos_set
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace, mean_experts
-from ecospec.engine.routing import RoutingCapture, expert_counts
-from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts
+from ecospec.engine.tree import DraftTree, ancestor_mask, grow_trees
 from ecospec.models.adapters import moe_info
 from ecospec.selection import select, select_batch
 
@@ -77,26 +77,24 @@ def generate_batch(
     the verify pass loads the union of every sequence's experts."""
     rows_in = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompts]
     if not rows_in:
-        raise ValueError("generate_batch: no prompts")
+        raise ValueError("generate_batch: no prompts (pass a non-empty list of token-id lists)")
+    empty = [i for i, p in enumerate(rows_in) if p.numel() == 0]
+    if empty:
+        raise ValueError(f"generate_batch: prompt {empty[0]} is empty (every prompt needs at least one token)")
     for p in rows_in:
         _check(target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     if batch_buffer not in BATCH_BUFFERS:
         raise ValueError(f"batch_buffer must be one of {', '.join(BATCH_BUFFERS)}, got {batch_buffer!r}")
-    if predictor == "oracle":
-        raise ValueError("generate_batch: the oracle's extra target forward is not batched yet; use generate()")
     info = moe_info(target)
-    layout = attention_layout(target.config)
+    layout = attention_layout(target.config, target)
     device = target.device
     eos = eos_set(target, eos_token_id)
     size = len(rows_in)
     feats = drafter.hidden_layers if drafter is not None else ()
-    drafters = [copy.copy(drafter) if drafter is not None else None for _ in range(size)]
-    predictors = [copy.copy(predictor) if predictor is not None else None for _ in range(size)]
-    for d, p in zip(drafters, predictors, strict=True):
-        if d is not None:
-            d.reset()
-        if p is not None:
-            p.reset()
+    if drafter is not None:
+        drafter.reset(rows=size)
+    if predictor is not None and predictor != "oracle":
+        predictor.reset(rows=size)
     gens = [torch.Generator().manual_seed(seed) for _ in range(size)]
     results = [GenerateResult(tokens=[], prompt_len=len(p)) for p in rows_in]
     loads = [torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long) for _ in range(size)]
@@ -123,20 +121,26 @@ def generate_batch(
 
         while active:
             t_start = _now(device)
-            trees, t_draft, t_pred = {}, {}, {}
-            experts, root_experts = {}, {}
-            # 1-2. Each sequence drafts its tree and (cost-aware) predicts its candidates' experts.
-            for s in active:
-                t_a = _now(device)
-                tree = DraftTree()
-                if drafter is not None:
-                    root_logp, root_ids = drafters[s].begin(new_tokens[s], hidden_new[s], topk)
-                    tree = grow_tree(root_logp, root_ids, drafters[s].expand, depth)
-                t_b = _now(device)
-                experts[s] = root_experts[s] = None
-                if len(tree) and selector in COST_AWARE:
-                    root_experts[s], experts[s] = predictors[s].predict(new_tokens[s], tree)
-                trees[s], t_draft[s], t_pred[s] = tree, t_b - t_a, _now(device) - t_b
+            # 1. Every sequence drafts its tree: one drafter forward per tree level for the whole batch.
+            trees = {s: DraftTree() for s in active}
+            if drafter is not None:
+                hid = [hidden_new[s][0] for s in active] if feats else None
+                root_logp, root_ids = drafter.begin_rows([new_tokens[s][0] for s in active], hid, topk)
+                trees.update(zip(active, grow_trees(root_logp, root_ids, drafter.expand_rows, depth), strict=True))
+            t_drafted = _now(device)
+
+            # 2. Expert sets of every candidate (cost-aware selectors): one predictor forward for the batch.
+            experts = dict.fromkeys(active)
+            root_experts = dict.fromkeys(active)
+            if drafter is not None and selector in COST_AWARE:
+                if predictor == "oracle":
+                    roots_m, nodes_m = _oracle_rows(target, layout, cache, cap, info, lengths, roots, trees, active)
+                else:
+                    roots_m, nodes_m = predictor.predict_rows(
+                        [new_tokens[s][0] for s in active], [trees[s] for s in active]
+                    )
+                root_experts.update(zip(active, roots_m, strict=True))
+                experts.update(zip(active, nodes_m, strict=True))
             t_predicted = _now(device)
 
             # 3. Select gamma-1 nodes per sequence (with one buffer for the batch when asked).
@@ -193,7 +197,7 @@ def generate_batch(
                     )
                 results[s].steps.append(
                     StepStats(accepted=len(produced[s]), verified=m, experts=(counts > 0).sum(dim=1).tolist(),
-                              t_pred=t_pred[s], t_draft=t_draft[s], trace=step_trace)
+                              t_pred=t_predicted - t_drafted, t_draft=t_drafted - t_start, trace=step_trace)
                 )  # fmt: skip
             lengths = compact_rows(cache, lengths, start, paths)
             t_end = _now(device)
@@ -204,7 +208,7 @@ def generate_batch(
             out.steps.append(
                 BatchStepStats(
                     sequences=len(active), verified=int(real.sum()), experts=(pass_counts > 0).sum(dim=1).tolist(),
-                    t_draft=sum(t_draft.values()), t_pred=sum(t_pred.values()), t_select=t_selected - t_predicted,
+                    t_draft=t_drafted - t_start, t_pred=t_predicted - t_drafted, t_select=t_selected - t_predicted,
                     t_verify=t_end - t_selected, t_total=t_end - t_start,
                 )
             )  # fmt: skip
@@ -224,11 +228,32 @@ def generate_batch(
                     new_tokens[s] = torch.tensor([produced[s]], device=device)
             if len(keep) < len(active):
                 drop_rows(cache, keep)
+                for part in (drafter, predictor):
+                    if part is not None and part != "oracle":
+                        part.keep_rows(keep)
                 lengths = [lengths[r] for r in keep]
                 active = [active[r] for r in keep]
     for s in range(size):
         results[s].expert_load = loads[s].tolist()
     return out
+
+
+def _oracle_rows(target, layout, cache, cap, info, lengths, roots, trees, active):
+    """True expert sets of every row's root and candidates: one extra target forward over all rows' trees
+    (analysis only), whose cache slots are cut off again (they sit behind every row's entries)."""
+    width = cache_len(cache)
+    blocks = [
+        RowBlock([roots[s], *trees[s].tokens], [0, *trees[s].depths], ancestor_mask(trees[s].parents)) for s in active
+    ]
+    _, real = forward_rows(target, layout, cache, lengths, blocks)
+    crop_cache(cache, width)
+    routes = cap.take().view(info.num_moe_layers, len(active), real.shape[1], -1)
+    roots_m, nodes_m = [], []
+    for r, blk in enumerate(blocks):
+        masks = expert_bitmasks(routes[:, r, : len(blk.tokens)], info.num_experts)
+        roots_m.append(masks[0])
+        nodes_m.append(masks[1:])
+    return roots_m, nodes_m
 
 
 def _causal(n: int) -> torch.Tensor:

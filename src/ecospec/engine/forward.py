@@ -18,25 +18,35 @@ from ecospec.engine.masks import apply_window, to_4d
 
 @dataclass(frozen=True)
 class AttentionLayout:
-    """Sliding window per attention layer type, and whether the model takes one mask per type."""
+    """Sliding window per attention layer type, and whether the model takes one mask per type. With the model's
+    mask format (`attention_layout(config, model)`: additive float masks for eager attention, bool otherwise) a
+    forward need not look it up: `model.dtype` walks the parameters, and the engine runs several forwards a step."""
 
     windows: dict[str, int | None]
     by_type: bool
+    mask_dtype: torch.dtype | None = None  # None: read from the model at each forward
+    additive: bool | None = None
+
+    @property
+    def windowed(self) -> bool:
+        return any(w is not None for w in self.windows.values())
 
 
-def attention_layout(config) -> AttentionLayout:
+def attention_layout(config, model=None) -> AttentionLayout:
     """Models with `layer_types` (GPT-OSS) take {layer type: mask}; the others (Qwen3-MoE, Mixtral,
     DeepSeek-V3) one mask for all layers, windowed iff `sliding_window` is set (Qwen3 clears it
-    unless `use_sliding_window`)."""
+    unless `use_sliding_window`). `model`: also fix its mask format (call again if its attention changes)."""
     types = getattr(config, "layer_types", None)
     window = getattr(config, "sliding_window", None)
     if getattr(config, "use_sliding_window", True) is False:
         window = None
+    fmt = {} if model is None else {"mask_dtype": model.dtype, "additive": config._attn_implementation == "eager"}
     if types:
-        return AttentionLayout({t: (window if "sliding" in t else None) for t in sorted(set(types))}, by_type=True)
+        windows = {t: (window if "sliding" in t else None) for t in sorted(set(types))}
+        return AttentionLayout(windows, by_type=True, **fmt)
     if window is not None:
-        return AttentionLayout({"sliding_attention": window}, by_type=False)
-    return AttentionLayout({"full_attention": None}, by_type=False)
+        return AttentionLayout({"sliding_attention": window}, by_type=False, **fmt)
+    return AttentionLayout({"full_attention": None}, by_type=False, **fmt)
 
 
 def new_cache() -> DynamicCache:
@@ -53,7 +63,7 @@ def forward_block(
     cache: DynamicCache,
     tokens: torch.Tensor | None,
     query_pos: torch.Tensor,
-    key_pos: torch.Tensor,
+    key_pos: torch.Tensor | None,
     visible: torch.Tensor,
     *,
     hidden: bool = False,
@@ -62,12 +72,16 @@ def forward_block(
 ):
     """Run `tokens` [1, q] at positions `query_pos` [q] against cache + themselves.
 
-    key_pos [kv] are the positions of the cached entries followed by query_pos; visible is bool
-    [q, kv]. `embeds` [1, q, H] replaces `tokens` as `inputs_embeds` (models fed embeddings, e.g. the
+    key_pos [kv] are the positions of the cached entries followed by query_pos (None: no sliding window reads
+    them); visible is bool
+    [q, kv]. Per row, for a batch: tokens [B, q], query_pos [B, q], key_pos [B, kv], visible [B, q, kv].
+    `embeds` [B, q, H] replaces `tokens` as `inputs_embeds` (models fed embeddings, e.g. the
     expert predictor's backbone). Returns the HF output (logits, and hidden_states when `hidden`).
     """
-    dtype = model.dtype
-    additive = model.config._attn_implementation == "eager"  # eager adds the mask; SDPA takes a bool one as is
+    dtype = layout.mask_dtype if layout.mask_dtype is not None else model.dtype
+    additive = layout.additive  # eager adds the mask; SDPA takes a bool one as is
+    if additive is None:
+        additive = model.config._attn_implementation == "eager"
     masks = {
         t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=additive)
         for t, w in layout.windows.items()
@@ -76,13 +90,20 @@ def forward_block(
     inputs = {"input_ids": tokens} if embeds is None else {"inputs_embeds": embeds}
     return model(
         **inputs,
-        position_ids=query_pos[None],
+        position_ids=query_pos if query_pos.dim() == 2 else query_pos[None],
         attention_mask=mask,
         cache=cache,
         use_cache=True,
         output_hidden_states=hidden,
         logits_to_keep=logits_to_keep,
     )
+
+
+def crop_cache(cache: DynamicCache, width: int) -> None:
+    """Drop every cache slot from `width` on (transformers >= 5.24: `crop(-n)` drops the last n)."""
+    extra = cache.get_seq_length() - width
+    if extra > 0:
+        cache.crop(-extra)
 
 
 def filled_layers(cache: DynamicCache):

@@ -89,7 +89,7 @@ def generate(
     drafting (off by default), see `grow_tree`."""
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     info = moe_info(target)
-    layout = attention_layout(target.config)
+    layout = attention_layout(target.config, target)
     device = target.device
     eos = eos_set(target, eos_token_id)
     gen = torch.Generator().manual_seed(seed)

@@ -56,32 +56,50 @@ def grow_tree(
     fixed): no further level once the newest level's most probable child has a conditional probability
     below `stop` (the level itself is kept), as transformers' assisted generation stops its draft.
     """
-    tree = DraftTree()
-    root_lp = root_logp.tolist()
-    for lp, tok in zip(root_lp, root_ids.tolist(), strict=True):
-        tree.add(tok, -1, math.exp(lp))
-    beam = list(range(len(tree)))
-    topk = len(beam)
-    confident = stop is None or math.exp(max(root_lp)) >= stop
+    tree, beam = _root_level(root_logp.tolist(), root_ids.tolist())
+    confident = stop is None or math.exp(max(root_logp.tolist())) >= stop
     for _ in range(depth - 1):
         if not confident:
             break
-        logp, ids = expand(tree, beam, topk)
+        logp, ids = expand(tree, beam, len(beam))
         cond = logp.double().exp()
         confident = stop is None or float(cond.max()) >= stop
-        child_p = cond.tolist()
-        children = []
-        for row, (parent, toks) in enumerate(zip(beam, ids.tolist(), strict=True)):
-            for col, tok in enumerate(toks):
-                children.append(tree.add(tok, parent, tree.probs[parent] * child_p[row][col]))
-        order = sorted(children, key=lambda i: (-tree.probs[i], i))
-        beam = order[:topk]
+        beam = _add_level(tree, beam, cond.tolist(), ids.tolist())
     return tree
 
 
-def tree_positions(depths: list[int], prefix_len: int, device: torch.device | None = None) -> torch.Tensor:
-    """Position ids of root + nodes: prefix length + depth (root depth 0)."""
-    return torch.tensor([prefix_len] + [prefix_len + d for d in depths], device=device)
+# expand_rows(trees, beams, k) -> (log-probs [B, beam, k], ids [B, beam, k]): a batched drafter's `expand_rows`.
+ExpandRows = Callable[[list[DraftTree], list[list[int]], int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def grow_trees(root_logp: torch.Tensor, root_ids: torch.Tensor, expand_rows: ExpandRows, depth: int) -> list[DraftTree]:
+    """`grow_tree` for every row of a batch (root_logp / root_ids [B, k]), one drafter forward per level for all
+    rows; each row's tree is exactly the one `grow_tree` grows from its row alone."""
+    grown = [_root_level(lp, ids) for lp, ids in zip(root_logp.tolist(), root_ids.tolist(), strict=True)]
+    trees, beams = [t for t, _ in grown], [b for _, b in grown]
+    for _ in range(depth - 1):
+        logp, ids = expand_rows(trees, beams, len(beams[0]))
+        cond, ids = logp.double().exp().tolist(), ids.tolist()
+        beams = [_add_level(t, b, c, i) for t, b, c, i in zip(trees, beams, cond, ids, strict=True)]
+    return trees
+
+
+def _root_level(logp: list[float], ids: list[int]) -> tuple[DraftTree, list[int]]:
+    tree = DraftTree()
+    for lp, tok in zip(logp, ids, strict=True):
+        tree.add(tok, -1, math.exp(lp))
+    return tree, list(range(len(tree)))
+
+
+def _add_level(tree: DraftTree, beam: list[int], cond: list[list[float]], ids: list[list[int]]) -> list[int]:
+    """Add the beam's children (conditional probabilities `cond`, tokens `ids`, [beam][k]); return the next beam:
+    the len(beam) most probable children (ties: smaller node index)."""
+    children = []
+    for parent, probs, toks in zip(beam, cond, ids, strict=True):
+        for p, tok in zip(probs, toks, strict=True):
+            children.append(tree.add(tok, parent, tree.probs[parent] * p))
+    order = sorted(children, key=lambda i: (-tree.probs[i], i))
+    return order[: len(beam)]
 
 
 def ancestor_mask(parents: list[int], device: torch.device | None = None) -> torch.Tensor:
@@ -105,14 +123,3 @@ def missing_levels(tree: DraftTree, beam: list[int], done) -> list[list[int]]:
     for n in needed:
         by_depth.setdefault(tree.depths[n], []).append(n)
     return [by_depth[d] for d in sorted(by_depth)]
-
-
-def level_visibility(tree: DraftTree, nodes: list[int], cached_nodes: list[int], committed: int) -> torch.Tensor:
-    """Bool [len(nodes), committed + len(cached_nodes) + len(nodes)] for one level of a recurrent drafter's
-    cache: each node sees the committed entries, its cached ancestors and itself."""
-    from ecospec.engine.masks import visibility
-
-    anc = [set(tree.path(n)) for n in nodes]  # each node's ancestors and itself
-    cached = torch.tensor([[s in a for s in cached_nodes] for a in anc], dtype=torch.bool)
-    block = torch.tensor([[o in a for o in nodes] for a in anc], dtype=torch.bool)
-    return visibility(committed, block, cached.reshape(len(nodes), len(cached_nodes)))

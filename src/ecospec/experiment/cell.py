@@ -5,6 +5,7 @@ other cells of a sweep go on, and it never overwrites an ok record."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,10 +15,10 @@ from tqdm.auto import tqdm
 import ecospec
 from ecospec.analysis.cost import verify_hbm_bytes
 from ecospec.cache import digest
-from ecospec.data import encode_turn, load_prompts
+from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.components import Components, load_components
 from ecospec.experiment.job import run_job
-from ecospec.experiment.metrics import expert_load, prompt_row, public_row, step_traces, summarize
+from ecospec.experiment.metrics import batch_row, expert_load, prompt_row, public_row, step_traces, summarize
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.models import moe_info
 
@@ -72,6 +73,81 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, in
     return rows, ar_rows
 
 
+def batch_schedule(prompts, size: int):
+    """The cell's batches: lists of (prompt index, turn) of at most `size`, first turns in dataset order. A
+    multi-turn prompt's next turn needs its own answer, so it joins the queue's end once its batch is done (a
+    generator: advance it after decoding each batch); only the last batch may be smaller."""
+    queue = deque((i, 0) for i in range(len(prompts)))
+    while queue:
+        batch = [queue.popleft() for _ in range(min(size, len(queue)))]
+        yield batch
+        queue.extend((i, t + 1) for i, t in batch if t + 1 < len(prompts[i].turns))
+
+
+def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress: Progress, method: dict,
+                  answers: dict, trace_left: int) -> tuple[list[dict], dict]:  # fmt: skip
+    """Batch `n` of the schedule (`batch`: (prompt index, turn) pairs) decoded together by `generate_batch`, or its
+    rows from `progress`: (rows, batch row). Each prompt row gets an equal share of the batch's wall time (so a
+    cell's seconds count every batch once); the batch row holds what the batched verify passes did."""
+    ar = method["name"] == "ar"
+    keys = [f"{method['name']}/{prompts[i].id}/{t}" for i, t in batch]
+    bkey = f"{method['name']}/batch/{n}"
+    if bkey in progress.rows and all(k in progress.rows for k in keys):
+        return [progress.rows[k] for k in keys], progress.rows[bkey]
+    chat = cfg["model"].get("chat_template", True)
+    ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
+    t0 = time.perf_counter()
+    res = ecospec.generate_batch(
+        comp.target, ids, drafter=None if ar else comp.drafter, selector=method["selector"],
+        predictor=None if ar else comp.predictor, gamma=cfg["gamma"], depth=cfg["depth"], topk=cfg["topk"],
+        temperature=cfg["temperature"], top_p=cfg["top_p"], max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
+        trace=not ar and trace_left > 0, batch_buffer=cfg.get("batch_buffer") or "sequence",
+    )  # fmt: skip
+    seconds = time.perf_counter() - t0
+    brow = batch_row(n, keys, res, seconds, not ar and comp.predictor == "oracle")
+    rows = []
+    for (i, t), key, r in zip(batch, keys, res.results, strict=True):
+        row = prompt_row(prompts[i].id, t, len(ids[len(rows)]), r, brow["seconds"] / len(batch), False)
+        row.update(batch=n, batch_size=len(batch))
+        if not ar and trace_left > 0:
+            row["trace"] = [asdict(st.trace) for st in r.steps[:trace_left]]
+            trace_left -= len(row["trace"])
+        progress.add(key, row)
+        rows.append(row)
+    progress.add(bkey, brow)  # last: a batch counts as done once its batch row is written
+    return rows, brow
+
+
+def _decode_batched(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
+    """`_decode_prompts` at batch_size > 1: (rows, batch rows, AR rows, AR batch rows), AR decoding each batch right
+    after the method when `interleave_ar`. Rows come back in dataset order (prompt, then turn)."""
+    method = cfg["method"]
+    trace_left = 0 if method["name"] == "ar" else int(cfg.get("trace_steps") or 0)
+    answers = {m["name"]: {i: [] for i in range(len(prompts))} for m in (method, AR_METHOD)}  # each its own answers
+    rows, batches, ar_rows, ar_batches = [], [], [], []
+    name = method["name"] + (" + ar" if interleave_ar else "")
+    bar = tqdm(total=sum(len(p.turns) for p in prompts), desc=f"{name} {cfg['dataset']['name']} B={cfg['batch_size']}",
+               unit="prompt", disable=not cfg.get("progress", True))  # fmt: skip
+    for n, batch in enumerate(batch_schedule(prompts, cfg["batch_size"])):
+        new, brow = _decode_batch(comp, prompts, batch, n, cfg, progress, method, answers[method["name"]], trace_left)
+        trace_left -= sum(len(r.get("trace", ())) for r in new)
+        rows += new
+        batches.append(brow)
+        if interleave_ar:
+            new_ar, brow_ar = _decode_batch(comp, prompts, batch, n, cfg, progress, AR_METHOD, answers["ar"], 0)
+            ar_rows += new_ar
+            ar_batches.append(brow_ar)
+        done = [(method["name"], new)] + ([("ar", new_ar)] if interleave_ar else [])
+        for name_, got in done:
+            for (i, _), row in zip(batch, got, strict=True):
+                answers[name_][i].append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
+        bar.update(len(batch))
+    bar.close()
+    order = {p.id: i for i, p in enumerate(prompts)}
+    by_prompt = lambda r: (order[r["id"]], r["turn"])
+    return sorted(rows, key=by_prompt), batches, sorted(ar_rows, key=by_prompt) if interleave_ar else None, ar_batches
+
+
 def ar_key(cfg: dict, hardware: str) -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
@@ -79,7 +155,7 @@ def ar_key(cfg: dict, hardware: str) -> dict:
     return {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware}
 
 
-def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
+def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches) -> dict:
     """The AR record of this cell's key: from the cache, or measured now (and cached)."""
     key = ar_key(cfg, hardware)
     path = Path(cfg["out_dir"]) / AR_CACHE / f"{digest(key, 16)}.json"
@@ -87,13 +163,14 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
         cached = read_record(path)
         if cached and cached.get("key") == key:
             return cached
-    if own_rows is not None:
-        rows = own_rows
-    else:
-        rows = [
-            r for p in prompts for r in _decode_prompt(comp, p, {**cfg, "method": AR_METHOD}, progress, AR_METHOD, 0)
-        ]
-    summary = summarize(rows)
+    rows, batches = own_rows, own_batches
+    if rows is None:
+        ar_cfg = {**cfg, "method": AR_METHOD}
+        if cfg["batch_size"] > 1:
+            rows, batches, _, _ = _decode_batched(comp, prompts, ar_cfg, progress, False)
+        else:
+            rows = [r for p in prompts for r in _decode_prompt(comp, p, ar_cfg, progress, AR_METHOD, 0)]
+    summary = summarize(rows, batches)
     ar = {
         "schema": SCHEMA,
         "status": "ok",
@@ -101,17 +178,21 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows) -> dict:
         "created": now(),
         "tokens_per_s": summary["tokens_per_s"],
         "t_step_s": summary["t_step_s"],
+        "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
     }
     write_json_atomic(path, ar)
     return ar
 
 
-def _summary(comp: Components, cfg: dict, rows: list[dict], ar: dict) -> dict:
-    s = summarize(rows)
+def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict) -> dict:
+    s = summarize(rows, batches)
     s["ar_tokens_per_s"] = ar["tokens_per_s"]
     s["ar_t_step_s"] = ar["t_step_s"]
+    s["ar_experts_per_layer"] = ar.get("experts_per_layer")
     s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None
+    # paper Table 8: AR step time / verify-pass time at the same batch size
+    s["rho"] = ar["t_step_s"] / s["t_verify_s"] if ar.get("t_step_s") and s.get("t_verify_s") else None
     if cfg["temperature"] == 0:
         same = [r["tokens"] == ar["outputs"].get(f"{r['id']}/{r['turn']}") for r in rows]
         s["matches_ar"] = sum(same) / len(same)
@@ -125,6 +206,7 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], ar: dict) -> dict:
     s["top_k"] = info.top_k
     s["num_experts"] = info.num_experts
     s["num_moe_layers"] = info.num_moe_layers
+    s["batch_size"] = cfg["batch_size"]
     return s
 
 
@@ -132,7 +214,11 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     """The cell's work: prompts, components, every prompt decoded (checkpointed), the AR baseline, the summary."""
     ds = d["dataset"]
     # fails fast, before any model; counted within the split (heldout: the 20 % no predictor trained on)
-    prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=d.get("split", "heldout"))
+    split = d.get("split", "heldout")
+    if ds["name"] == "mix":
+        prompts = load_mix(ds["members"], ds["instances"], ds["seed"], d["num_prompts"], split=split)
+    else:
+        prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
     comp = load_components(d, device)
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")))
@@ -140,10 +226,16 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
     interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
-    rows, ar_rows = _decode_prompts(comp, prompts, d, progress, interleave)
-    own = rows if d["method"]["name"] == "ar" else ar_rows
-    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own)
-    record["summary"] = _summary(comp, d, rows, ar)
+    if d["batch_size"] > 1:
+        rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
+    else:
+        (rows, ar_rows), batches, ar_batches = _decode_prompts(comp, prompts, d, progress, interleave), None, None
+    is_ar = d["method"]["name"] == "ar"
+    own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
+    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches)
+    record["summary"] = _summary(comp, d, rows, batches, ar)
+    if batches:
+        record["batches"] = [{k: v for k, v in b.items() if k != "keys"} for b in batches]
     record["prompts"] = [public_row(r) for r in rows]
     record["expert_load"] = expert_load(rows)
     if d.get("trace_steps"):

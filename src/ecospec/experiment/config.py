@@ -23,6 +23,8 @@ SOURCES = ("tiny", "random", "hf")
 DRAFTERS = ("eagle3", "mtp", "draft_model")
 PREDICTORS = ("learned", "oracle")
 JOBS = ("cell", "traces", "predictor")
+BATCH_BUFFERS = ("sequence", "batch")  # engine.batch_loop.BATCH_BUFFERS (not imported: validation loads no torch)
+MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 # What makes two cells different (and what the AR cache key is cut from); execution knobs such as
 # force, device placement, logger or cluster are not part of it.
@@ -36,6 +38,7 @@ CELL_KEYS = (
     "depth",
     "topk",
     "batch_size",
+    "batch_buffer",  # sequence | batch (EcoSpec's expert buffer at B > 1); identity only when it changes something
     "max_new_tokens",
     "num_prompts",
     "seed",
@@ -68,6 +71,9 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
     # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
     out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
+    # the per-sequence buffer, and any buffer at batch size 1, is what every cell did before the knob existed
+    if out.get("batch_buffer") in (None, "sequence") or out.get("batch_size") == 1:
+        out.pop("batch_buffer")
     return out
 
 
@@ -217,8 +223,19 @@ def _validate_model(model: Mapping) -> None:
 
 
 def _validate_dataset(dataset: Mapping, key: str = "dataset.name") -> None:
+    if dataset.get("name") == MIX:
+        members = dataset.get("members")
+        if not members or isinstance(members, str):
+            raise _bad("dataset.members", members, "a non-empty list of the benchmarks to draw instances from")
+        for name in members:
+            if name not in DATASETS:
+                raise _bad("dataset.members", name, f"allowed: {', '.join(DATASETS)}")
+        _positive_ints(dataset, (("instances", 1),), "dataset.")
+        if isinstance(dataset.get("seed"), bool) or not isinstance(dataset.get("seed"), int):
+            raise _bad("dataset.seed", dataset.get("seed"), "must be an integer")
+        return
     if dataset.get("name") not in DATASETS:
-        raise _bad(key, dataset.get("name"), f"allowed: {', '.join(DATASETS)}")
+        raise _bad(key, dataset.get("name"), f"allowed: {', '.join(DATASETS)}, {MIX}")
 
 
 def _validate_num_prompts(d: Mapping) -> None:
@@ -244,6 +261,8 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
 
 def validate_traces(d: Mapping) -> None:
     _validate_model(d["model"])
+    if d["dataset"].get("name") == MIX:
+        raise _bad("dataset.name", MIX, "traces are collected per benchmark: name one (the predictor pools them)")
     _validate_dataset(d["dataset"])
     _validate_num_prompts(d)
     t = d.get("traces") or {}
@@ -285,8 +304,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
     d = as_dict(cfg)
     _positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
-    if d["batch_size"] != 1:
-        raise _bad("batch_size", d["batch_size"], "the engine decodes one sequence per step (batch_size=1 only)")
+    if d.get("batch_buffer", "sequence") not in BATCH_BUFFERS:
+        raise _bad("batch_buffer", d.get("batch_buffer"), f"allowed: {', '.join(BATCH_BUFFERS)}")
     t = d.get("temperature")
     if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
         raise _bad("temperature", t, "must be a number >= 0 (0 = greedy)")

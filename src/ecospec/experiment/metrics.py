@@ -3,9 +3,13 @@
 alpha = tokens produced / SD steps (bonus included; AR = 1). E = mean over verify passes and MoE layers of
 the unique experts a pass activates in a layer. Timings are seconds per step. tokens_per_s = Σ new tokens /
 Σ generation wall time over the cell's prompts (Spec-Bench's convention); speedup = tokens_per_s / AR's on
-the same prompts and settings. The oracle's router look-ups (t_pred) are analysis-only: they are taken
-out of its wall time. loop_share = share of outputs of full length whose last 16 tokens repeat one token or one
-2-token pattern (`in_loop`): how often greedy decoding of the model degenerates.
+the same prompts and settings (at batch size B > 1: batched AR at the same B, the same batches). At B > 1,
+E and the step timings are per batched verify pass (E = unique experts per layer over all sequences' tokens of
+the pass), a batch's wall time is counted once (split evenly over its prompt rows), and rho = T_AR / T_verify
+(AR's mean step time / the mean verify-pass time at the same B, paper Table 8). The oracle's router look-ups
+(t_pred) are analysis-only: they are taken out of its wall time. loop_share = share of outputs of full length
+whose last 16 tokens repeat one token or one 2-token pattern (`in_loop`): how often greedy decoding of the model
+degenerates.
 """
 
 from __future__ import annotations
@@ -42,6 +46,26 @@ def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, sec
     }
 
 
+def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool) -> dict:
+    """What the batched verify passes of batch `n` did (`res`: a BatchResult), as sums like `prompt_row`'s: E and
+    the step timings of a batch_size > 1 cell are per batched pass (the paper's "active experts" at B > 1)."""
+    steps = res.steps
+    layers = len(steps[0].experts) if steps else 0
+    sums = {f"{p}_s": sum(getattr(s, p) for s in steps) for p in PHASES}
+    return {
+        "batch": n,
+        "keys": keys,
+        "sequences": len(keys),
+        "passes": len(steps),
+        "verified": sum(s.verified for s in steps),
+        "tokens": sum(len(r.tokens) for r in res.results),
+        "seconds": seconds - (sums["t_pred_s"] if oracle else 0.0),
+        "t_prefill_s": res.t_prefill,
+        **sums,
+        "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
+    }
+
+
 LOOP_TAIL = 16  # tokens at the end of an output checked for a loop
 LOOP_PERIOD = 2  # longest repeated pattern counted as a loop
 
@@ -59,8 +83,10 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def summarize(rows: list[dict]) -> dict:
-    """Summary metrics of a cell from its prompt rows (AR fields are added by the caller)."""
+def summarize(rows: list[dict], batches: list[dict] | None = None) -> dict:
+    """Summary metrics of a cell from its prompt rows (AR fields are added by the caller). With `batches` (batch
+    rows of a batch_size > 1 cell), E and the per-step timings are per batched verify pass; alpha stays per
+    sequence (tokens a sequence gains per step, averaged over every sequence's steps)."""
     steps = sum(r["steps"] for r in rows)
     tokens = sum(r["n_tokens"] for r in rows)
     layers = max((len(r["experts_sum"]) for r in rows), default=0)
@@ -82,6 +108,18 @@ def summarize(rows: list[dict]) -> dict:
         if (loops := [r for r in rows if r.get("loop") is not None])
         else None,
     }
+    if batches:
+        passes = sum(b["passes"] for b in batches)
+        by_layer = [
+            _ratio(sum(b["experts_sum"][i] for b in batches if b["experts_sum"]), passes) for i in range(layers)
+        ]
+        out["experts_per_layer"] = sum(by_layer) / layers if layers and passes else None
+        out["experts_by_layer"] = by_layer
+        out.update({f"{p}_s": _ratio(sum(b[f"{p}_s"] for b in batches), passes) for p in PHASES if p != "t_total"})
+        out["t_step_s"] = _ratio(sum(b["t_total_s"] for b in batches), passes)
+        out["t_prefill_s"] = _ratio(sum(b["t_prefill_s"] for b in batches), len(batches))
+        out["passes"] = passes
+        out["batches"] = len(batches)
     return out
 
 

@@ -30,7 +30,8 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from ecospec.engine.forward import attention_layout
 from ecospec.engine.routing import expert_bitmasks
-from ecospec.engine.tree import DraftTree, ancestor_mask
+from ecospec.engine.rows import RowSlots, pad_rows
+from ecospec.engine.tree import DraftTree
 from ecospec.models.adapters import MoeInfo, moe_info
 
 FORMAT = "ecospec-expert-predictor"
@@ -56,12 +57,12 @@ class PredictorConfig:
 
 @dataclass
 class PredictorSession:
-    """Decode-time state: per backbone layer the keys and values [1, kv heads, T, head dim] of the committed
-    tokens, then (until the next call) of the last tree's nodes."""
+    """Decode-time state of a batch of rows: per backbone layer the keys and values [B, kv heads, T, head dim] of
+    the committed tokens, then (until the next call) of the last trees' nodes; `slots` says which is which."""
 
+    slots: RowSlots = field(default_factory=lambda: RowSlots(1))
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
-    committed: int = 0
 
 
 def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -173,45 +174,70 @@ class ExpertPredictor(nn.Module):
 
     # -- decode loop -------------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Start a new generation (drops the cached context)."""
-        self.session = PredictorSession()
+    def reset(self, rows: int = 1) -> None:
+        """Start a new generation of `rows` sequences (drops the cached context)."""
+        self.session = PredictorSession(RowSlots(rows))
+
+    def keep_rows(self, keep: list[int]) -> None:
+        """Only rows `keep` (in that order) stay: finished sequences leave the batch."""
+        s = self.session
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        s.keys = [k.index_select(0, index) for k in s.keys]
+        s.values = [v.index_select(0, index) for v in s.values]
+        s.slots.keep_rows(keep)
 
     @torch.no_grad()
     def score_tree(self, new_tokens: torch.Tensor, tree: DraftTree) -> torch.Tensor:
-        """Logits [1 + len(tree), L, N] of the root (last of `new_tokens`) and every tree node.
+        """Logits [1 + len(tree), L, N] of the root (last of `new_tokens` [1, m]) and every tree node.
 
         One forward over the tokens committed since the last call followed by all nodes: the new tokens
         are causal behind the cached context; node i sits at root position + depth and sees the context
         and its ancestors (the verification mask). The nodes' cache entries are dropped next call.
         """
+        return self.score_rows([new_tokens[0]], [tree])[0]
+
+    @torch.no_grad()
+    def score_rows(self, new_tokens: list[torch.Tensor], trees: list[DraftTree]) -> list[torch.Tensor]:
+        """`score_tree` for every row of the batch in one forward: new_tokens[b] [m_b], trees[b] -> per row the
+        logits [1 + len(trees[b]), L, N] of its root and its nodes."""
         s = self.session
+        if len(new_tokens) != s.slots.rows or len(trees) != s.slots.rows:
+            raise ValueError(f"score_rows: {len(new_tokens)} rows for a predictor session of {s.slots.rows} rows")
         dev = self.device
-        m, n, c = new_tokens.shape[1], len(tree), s.committed
-        tokens = torch.cat([new_tokens[0].to(dev), torch.tensor(tree.tokens, dtype=torch.long, device=dev)])
-        root_pos = c + m - 1
-        qpos = torch.cat([torch.arange(c, c + m), torch.tensor(tree.depths, dtype=torch.long) + root_pos]).to(dev)
-        vis = torch.zeros(m + n, c + m + n, dtype=torch.bool)
-        vis[:m, : c + m] = torch.ones(m, c + m, dtype=torch.bool).tril(diagonal=c)
-        vis[m:, : c + m] = True
-        vis[m:, c + m :] = ancestor_mask(tree.parents)[1:, 1:]  # drop the root row/column: it is new token m-1
-        hidden = self._decode(self.proj(self.embed(tokens[None])), qpos, vis.to(dev), keep=c)
-        s.committed = c + m
-        return self._logits(hidden[0, m - 1 :])
+        keep = s.slots.crop()  # the previous trees' nodes go
+        counts = [t.shape[0] for t in new_tokens]
+        qpos_new, vis_new = s.slots.commit(counts)
+        start = s.slots.width  # the nodes' slots follow the new tokens' block
+        positions = [[n - 1 + d for d in t.depths] for n, t in zip(s.slots.n, trees, strict=True)]
+        sees = [[[start + a for a in t.path(i)[:-1]] for i in range(len(t))] for t in trees]
+        if any(len(t) for t in trees):
+            qpos_tree, vis_tree = s.slots.tree(positions, sees)
+            vis_new = torch.cat([vis_new, vis_new.new_zeros(*vis_new.shape[:2], vis_tree.shape[1])], dim=2)
+            qpos, vis = torch.cat([qpos_new, qpos_tree], 1), torch.cat([vis_new, vis_tree], 1)
+            node_ids = pad_rows([torch.tensor(t.tokens, dtype=torch.long) for t in trees])
+            tokens = torch.cat([pad_rows([t.to("cpu") for t in new_tokens]), node_ids], 1)
+        else:
+            qpos, vis, tokens = qpos_new, vis_new, pad_rows([t.to("cpu") for t in new_tokens])
+        hidden = self._decode(self.proj(self.embed(tokens.to(dev))), qpos.to(dev), vis.to(dev), keep)
+        q_new = qpos_new.shape[1]
+        return [
+            self._logits(torch.cat([hidden[b, m - 1 : m], hidden[b, q_new : q_new + len(t)]]))
+            for b, (m, t) in enumerate(zip(counts, trees, strict=True))
+        ]
 
     def _decode(self, h: torch.Tensor, qpos: torch.Tensor, visible: torch.Tensor, keep: int) -> torch.Tensor:
-        """The backbone over the block `h` [1, q, H] at positions `qpos`, attending to the session's first `keep`
-        cached entries and the block itself as `visible` [q, keep + q] says; the block's keys and values are
-        appended to the cache. Returns the final-norm hidden states [1, q, H]."""
+        """The backbone over the block `h` [B, q, H] at positions `qpos` [B, q], attending to the session's first
+        `keep` cached entries and the block itself as `visible` [B, q, keep + q] says; the block's keys and values
+        are appended to the cache. Returns the final-norm hidden states [B, q, H]."""
         s, bb = self.session, self.backbone
-        q = h.shape[1]
-        cos, sin = bb.rotary_emb(h, qpos[None])  # [1, q, head dim]
+        rows, q = h.shape[:2]
+        cos, sin = bb.rotary_emb(h, qpos)  # [B, q, head dim]
         cos, sin = cos[:, None], sin[:, None]
-        mask = visible[None, None]
+        mask = visible[:, None]
         for i, layer in enumerate(bb.layers):
             a = layer.self_attn
             x = _rms(layer.input_layernorm, h)
-            heads = (1, q, -1, a.head_dim)
+            heads = (rows, q, -1, a.head_dim)
             qs, ks, vs = a.q_proj(x).view(heads), a.k_proj(x).view(heads), a.v_proj(x).view(heads)
             if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
                 qs, ks = _rms(a.q_norm, qs), _rms(a.k_norm, ks)
@@ -226,16 +252,27 @@ class ExpertPredictor(nn.Module):
                 s.keys.append(ks)
                 s.values.append(vs)
             out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=a.scaling, enable_gqa=True)
-            h = h + a.o_proj(out.transpose(1, 2).reshape(1, q, -1))
+            h = h + a.o_proj(out.transpose(1, 2).reshape(rows, q, -1))
             h = h + layer.mlp(_rms(layer.post_attention_layernorm, h))
         return _rms(bb.norm, h)
 
     def predict(self, new_tokens: torch.Tensor, tree: DraftTree) -> tuple[int, list[int]]:
         """Expert bitmasks (bit layer * N + expert, per-layer top-k) of the root and of each tree node."""
-        logits = self.score_tree(new_tokens, tree)
-        routes = logits.topk(self.config.top_k, dim=-1).indices.transpose(0, 1)  # [L, 1 + n, k]
+        roots, nodes = self.predict_rows([new_tokens[0]], [tree])
+        return roots[0], nodes[0]
+
+    def predict_rows(self, new_tokens: list[torch.Tensor], trees: list[DraftTree]) -> tuple[list[int], list[list[int]]]:
+        """`predict` for every row in one forward: (root bitmask per row, node bitmasks per row)."""
+        logits = self.score_rows(new_tokens, trees)
+        sizes = [x.shape[0] for x in logits]
+        routes = torch.cat(logits).topk(self.config.top_k, dim=-1).indices.transpose(0, 1)  # [L, rows' tokens, k]
         masks = expert_bitmasks(routes, self.config.num_experts)
-        return masks[0], masks[1:]
+        roots, nodes, i = [], [], 0
+        for n in sizes:
+            roots.append(masks[i])
+            nodes.append(masks[i + 1 : i + n])
+            i += n
+        return roots, nodes
 
     # -- checkpoints -------------------------------------------------------------------------------
 

@@ -3,12 +3,14 @@ metrics, so the index can count them). A corrupt or partial file is skipped with
 
 Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
-max_new_tokens, num_prompts, split, seed), selector, drafter (the kind used: `default` resolved to the model's),
-drafter_path, predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha,
-E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens,
-steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify,
-predictor_accuracy, top_k, num_experts, num_moe_layers), expert_load ([MoE layers, N] int64 array or None) and
-trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them).
+max_new_tokens, num_prompts, split, seed), batch_buffer ("sequence" at B = 1), selector, drafter (the kind
+used: `default` resolved to the model's), drafter_path, predictor_checkpoint (learned predictors only),
+hardware, device, the summary metrics (alpha, E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s,
+t_select_s, t_verify_s, t_step_s, tokens, steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup,
+matches_ar, hbm_bytes_per_verify, predictor_accuracy, top_k, num_experts, num_moe_layers, rho, passes,
+ar_experts_per_layer),
+expert_load ([MoE layers, N] int64 array or None) and trace (the record's verify-pass traces, a list of
+dicts, or None; `analysis.traces` reads them).
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ AXES = (
 SUMMARY = (
     "alpha", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s", "tokens",
     "steps", "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
-    "predictor_accuracy", "top_k", "num_experts", "num_moe_layers",
+    "predictor_accuracy", "top_k", "num_experts", "num_moe_layers", "rho", "passes",
+    "ar_experts_per_layer",
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
-    "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware", "device", "alpha", "E",
+    "batch_buffer", "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware", "device", "alpha", "E",
     *SUMMARY[1:], "expert_load", "trace",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
@@ -152,6 +155,8 @@ def _row(rec: dict, path: Path) -> dict:
         "dataset": cfg["dataset"].get("name"),
         **{k: cfg.get(k) for k in AXES},
         "split": cfg.get("split") or "all",  # records from before the split knob ran on every prompt
+        # EcoSpec's expert buffer at B > 1: one per sequence (the paper; every record before the knob) or one shared
+        "batch_buffer": (cfg.get("batch_buffer") or "sequence") if (cfg.get("batch_size") or 1) > 1 else "sequence",
         "selector": method.get("selector"),
         "drafter": drafter,
         "drafter_path": drafter_cfg.get("path"),
@@ -183,7 +188,7 @@ def find_files(dirs: Iterable[str | Path]) -> list[Path]:
 
 NUMERIC = ("temperature", "top_p", "alpha", "E", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s",
            "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
-           "predictor_accuracy")  # fmt: skip
+           "predictor_accuracy", "rho", "ar_experts_per_layer")  # fmt: skip
 
 
 def frame_of(rows: list[dict]) -> pd.DataFrame:

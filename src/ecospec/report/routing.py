@@ -412,7 +412,7 @@ def te_cells(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     df = prepare(frame, defaults)
     df = _at(df[df["standard"] & (df["role"] != "ar")], batch_size=None)
     df = df[df["ar_t_step_s"].gt(0) & df["t_verify_s"].gt(0) & df["E"].notna()]
-    return _newest(df, ["model", "temperature", "role", "drafter", "batch_size", "dataset"])
+    return _newest(df, ["model", "temperature", "role", "drafter", "batch_buffer", "batch_size", "dataset"])
 
 
 def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -429,6 +429,8 @@ def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None)
     for r in cells.itertuples():
         cost = costs.get(r.model)
         unique_ar = ar_e.get((r.model, r.temperature, r.batch_size, r.dataset), np.nan)
+        if not np.isfinite(unique_ar):  # the AR baseline measured with the cell (its E: the batch's union)
+            unique_ar = r.ar_experts_per_layer if np.isfinite(r.ar_experts_per_layer) else np.nan
         if not np.isfinite(unique_ar) and r.batch_size == 1 and cost is not None:
             unique_ar = cost.top_k  # one token's pass: k experts per layer
         predicted = np.nan
