@@ -13,7 +13,8 @@ makes --tokens tokens, so AR's passes are all full), one torch thread. Figures:
 * tokens/s = all new tokens / wall time (a batch counted once) and E = unique experts per MoE layer over the whole
   batched pass, per method and B; alpha per sequence; outputs equal AR (checked).
 
---out DIR writes batch_scaling.json and batch_scaling.png (tokens/s and E against B).
+--out DIR writes batch_scaling.md (these lines), batch_scaling.json and batch_scaling.png (tokens/s and E against
+B).
 """
 
 from __future__ import annotations
@@ -152,10 +153,13 @@ def main() -> None:
     print("\n".join(lines))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "batch_scaling.json").write_text(
-            json.dumps({"sizes": sizes, "results": res, "lines": lines}, indent=1)
-        )
+        (a.out / "batch_scaling.json").write_text(json.dumps({"sizes": sizes, "results": res, "lines": lines}))
         plot(res, sizes, a.out / "batch_scaling.png")
+        cmd = f"python benchmarks/batch_scaling.py --sizes {a.sizes} --prompts {a.prompts} --tokens {a.tokens}"
+        (a.out / "batch_scaling.md").write_text(
+            f"# Batched decoding against the batch size\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}; CPU wall clock, "
+            "not GPU numbers)\n\n```\n" + "\n".join(lines) + "\n```\n\n![tokens/s and E against B](batch_scaling.png)\n"
+        )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,14 @@ class PredictorSession:
     values: list[torch.Tensor] = field(default_factory=list)
 
 
+def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, module.weight, module.bias)
+
+
 def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """An HF RMSNorm module's function (normalised in float32, like HF) in fewer ops than its forward."""
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:  # one fused op, the same arithmetic
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
     return norm.weight * F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon).to(x.dtype)
 
 
@@ -78,6 +84,7 @@ def _check_backbone(backbone: nn.Module) -> None:
     ok = layers is not None and hasattr(backbone, "norm") and hasattr(backbone, "rotary_emb")
     ok = ok and all(hasattr(lay, x) for lay in layers for x in parts)
     ok = ok and all(hasattr(lay.self_attn, x) for lay in layers for x in attn)
+    ok = ok and all(hasattr(lay.mlp, x) for lay in layers for x in ("gate_proj", "up_proj", "down_proj", "act_fn"))
     if not ok or any(w is not None for w in attention_layout(backbone.config).windows.values()):
         raise ValueError(
             f"predictor backbone {type(backbone).__name__}: needs a Llama-style decoder with full attention "
@@ -99,6 +106,7 @@ class ExpertPredictor(nn.Module):
         _check_backbone(backbone)
         self.info: dict = {}  # free-form metadata saved with the checkpoint (e.g. held-out accuracy)
         self.session = PredictorSession()
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, head dim]
 
     @classmethod
     def from_target(
@@ -225,20 +233,33 @@ class ExpertPredictor(nn.Module):
             for b, (m, t) in enumerate(zip(counts, trees, strict=True))
         ]
 
+    def _rope(self, qpos: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, q, head dim] at `qpos` [B, q]: rows of a table the backbone's own rotary embedding made once
+        (doubled when a position is past its end), instead of its ~10-op forward every step."""
+        top = int(qpos.max()) + 1
+        table = self._rope_table
+        if table is None or table[0].shape[0] < top or table[0].dtype != like.dtype or table[0].device != like.device:
+            n = max(top, 2 * (table[0].shape[0] if table is not None else 0), 256)
+            cos, sin = self.backbone.rotary_emb(like, torch.arange(n, device=like.device)[None])
+            self._rope_table = table = (cos[0], sin[0])
+        return table[0][qpos], table[1][qpos]
+
     def _decode(self, h: torch.Tensor, qpos: torch.Tensor, visible: torch.Tensor, keep: int) -> torch.Tensor:
         """The backbone over the block `h` [B, q, H] at positions `qpos` [B, q], attending to the session's first
         `keep` cached entries and the block itself as `visible` [B, q, keep + q] says; the block's keys and values
-        are appended to the cache. Returns the final-norm hidden states [B, q, H]."""
+        are appended to the cache. Returns the final-norm hidden states [B, q, H]. The layers' weights are used
+        through F.linear, not the modules' calls: the predictor must cost a small share of a verify pass."""
         s, bb = self.session, self.backbone
         rows, q = h.shape[:2]
-        cos, sin = bb.rotary_emb(h, qpos)  # [B, q, head dim]
+        cos, sin = self._rope(qpos, h)
         cos, sin = cos[:, None], sin[:, None]
         mask = visible[:, None]
         for i, layer in enumerate(bb.layers):
-            a = layer.self_attn
+            a, mlp = layer.self_attn, layer.mlp
             x = _rms(layer.input_layernorm, h)
             heads = (rows, q, -1, a.head_dim)
-            qs, ks, vs = a.q_proj(x).view(heads), a.k_proj(x).view(heads), a.v_proj(x).view(heads)
+            qs, ks, vs = (_linear(a.q_proj, x).view(heads), _linear(a.k_proj, x).view(heads),
+                          _linear(a.v_proj, x).view(heads))  # fmt: skip
             if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
                 qs, ks = _rms(a.q_norm, qs), _rms(a.k_norm, ks)
             qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)
@@ -252,8 +273,9 @@ class ExpertPredictor(nn.Module):
                 s.keys.append(ks)
                 s.values.append(vs)
             out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=a.scaling, enable_gqa=True)
-            h = h + a.o_proj(out.transpose(1, 2).reshape(rows, q, -1))
-            h = h + layer.mlp(_rms(layer.post_attention_layernorm, h))
+            h = h + _linear(a.o_proj, out.transpose(1, 2).reshape(rows, q, -1))
+            x = _rms(layer.post_attention_layernorm, h)
+            h = h + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
         return _rms(bb.norm, h)
 
     def predict(self, new_tokens: torch.Tensor, tree: DraftTree) -> tuple[int, list[int]]:
