@@ -90,6 +90,23 @@ def test_run_py_sweep_on_slurm(slurm_cluster, tmp_path):
     assert sorted(r["config"]["method"]["name"] for r in records) == ["ar", "ecospec"]
 
 
+def test_tensor_parallel_cell_is_one_job_with_a_task_per_rank(slurm_cluster, tmp_path):
+    """model.parallel=tp ranks=2 under cluster=slurm: one job of 2 tasks (submitit sets up the process group from
+    the Slurm environment), rank 0 alone writes the record, outputs equal AR."""
+    out, env = tmp_path / "exp", _store_env(tmp_path)
+    cmd = [
+        sys.executable, "run.py", "-m", "model=tiny_random", "model.parallel=tp", "ranks=2", "method=ecospec",
+        "num_prompts=2", "max_new_tokens=8", "cluster=slurm", f"out_dir={out}", "name=tp", "progress=false",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{_job_logs(out)}"
+    (path,) = sorted((out / "tp").rglob("result.json"))
+    record = json.loads(path.read_text())
+    assert record["status"] == "ok", record.get("error")
+    assert record["env"]["ranks"] == 2 and record["env"]["slurm_job_id"]
+    assert record["summary"]["matches_ar"] == 1.0
+
+
 # ------------------------------------------------------------------------------- the predictor's jobs on Slurm
 
 

@@ -21,6 +21,7 @@ from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import batch_row, expert_load, prompt_row, public_row, step_traces, summarize
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.models import moe_info
+from ecospec.parallel import env_rank
 
 AR_CACHE = "ar_cache"
 
@@ -181,7 +182,8 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
     }
-    write_json_atomic(path, ar)
+    if env_rank() == 0:  # one writer: the other ranks computed the same record
+        write_json_atomic(path, ar)
     return ar
 
 
@@ -221,7 +223,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
         prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
     comp = load_components(d, device)
-    progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")))
+    progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,29 +58,71 @@ def _tiny_dirs(model: dict) -> dict[str, Path]:
     return tiny.paths(budget)
 
 
+def parallel_mode(model: dict) -> str:
+    return model.get("parallel") or "device_map"
+
+
+def random_checkpoint(model: dict) -> Path:
+    """A random tiny preset saved as an HF checkpoint (made once, by rank 0), so that a tensor-parallel run loads
+    it through `from_pretrained` like a real checkpoint."""
+    from ecospec.cache import cache_root, digest
+    from ecospec.models import tiny_model
+    from ecospec.models.byte_tokenizer import VOCAB_SIZE
+    from ecospec.parallel import is_main, world
+
+    key = {"preset": model["preset"], "seed": model.get("seed", 0), "vocab": VOCAB_SIZE, "dtype": model.get("dtype")}
+    where = cache_root() / "random" / f"{model['preset']}-{digest(key)}"
+    if is_main() and not (where / "config.json").exists():
+        target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
+        tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
+        target.to(dtype=_dtype(model.get("dtype"))).save_pretrained(tmp)
+        if where.exists():  # another job made it meanwhile
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, where)
+    if world() > 1:
+        import torch.distributed as dist
+
+        dist.barrier()  # the others wait for rank 0's checkpoint
+    return where
+
+
 def load_target_and_tokenizer(model: dict, device: torch.device):
-    """The target (on `device`, or spread by the model's device_map) and its tokenizer."""
+    """The target (on `device`, spread by the model's device_map, or this rank's shard under tp / ep) and its
+    tokenizer."""
+    mode = parallel_mode(model)
     if model["source"] == "random":
-        from ecospec.models import tiny_model
+        from ecospec.models import load_target, tiny_model
         from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
 
+        if mode != "device_map":  # eager kernels, as tiny_model builds them
+            where = random_checkpoint(model)
+            target = load_target(str(where), dtype=_dtype(model.get("dtype")), attn_implementation="eager",
+                                 experts_implementation="eager", parallel=mode)  # fmt: skip
+            return target, byte_tokenizer()
         target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
         return target.to(device=device, dtype=_dtype(model.get("dtype"))), byte_tokenizer()
     if model["source"] == "tiny":
         from transformers import AutoTokenizer
 
+        from ecospec.models import load_target
         from ecospec.tiny.build import _load_model
 
         dirs = _tiny_dirs(model)
+        tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
+        if mode != "device_map":
+            target = load_target(str(dirs["target"] / "model"), dtype=_dtype(model.get("dtype")),
+                                 attn_implementation="sdpa", experts_implementation="eager", parallel=mode)  # fmt: skip
+            return target, tokenizer
         target = _load_model(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
-        return target.to(device), AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
+        return target.to(device), tokenizer
     from transformers import AutoTokenizer
 
     from ecospec.models import load_target
 
     device_map = model.get("device_map") or None
-    target = load_target(model["target"], dtype=_dtype(model.get("dtype")), device_map=device_map)
-    if device_map is None:
+    target = load_target(model["target"], dtype=_dtype(model.get("dtype")), device_map=device_map, parallel=mode)
+    if device_map is None and mode == "device_map":
         target.to(device)
     return target, AutoTokenizer.from_pretrained(model["target"])
 
@@ -94,7 +138,14 @@ def _drafter(kind: str | None, model: dict, target):
         if path == "perturbed":
             from ecospec.models import perturbed_copy
 
-            return DraftModelDrafter(perturbed_copy(target, scale=spec.get("scale", 0.05), seed=1))
+            base = target
+            if parallel_mode(model) != "device_map":  # the drafter is replicated: perturb an unsharded copy
+                from ecospec.models import tiny_model
+                from ecospec.models.byte_tokenizer import VOCAB_SIZE
+
+                base = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
+                base = base.to(device=target.device, dtype=target.dtype)
+            return DraftModelDrafter(perturbed_copy(base, scale=spec.get("scale", 0.05), seed=1))
         from transformers import AutoModelForCausalLM
 
         draft = AutoModelForCausalLM.from_pretrained(str(_local(path)), dtype=target.dtype)

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
+from ecospec.parallel import PARALLEL, plan_problem
 from ecospec.selection import POLICIES
 from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import predictor_root, stored_predictor
@@ -71,6 +72,8 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
     # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
     out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
+    if out["model"].get("parallel") in (None, "device_map"):  # one process: what every cell did before the knob
+        out["model"].pop("parallel", None)
     # the per-sequence buffer, and any buffer at batch size 1, is what every cell did before the knob existed
     if out.get("batch_buffer") in (None, "sequence") or out.get("batch_size") == 1:
         out.pop("batch_buffer")
@@ -261,6 +264,7 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
 
 def validate_traces(d: Mapping) -> None:
     _validate_model(d["model"])
+    validate_parallel(d)
     if d["dataset"].get("name") == MIX:
         raise _bad("dataset.name", MIX, "traces are collected per benchmark: name one (the predictor pools them)")
     _validate_dataset(d["dataset"])
@@ -299,10 +303,51 @@ def validate_training(d: Mapping) -> None:
         raise _bad("model.predictor.backbone", None, "an HF id / directory of a base decoder, or a config mapping")
 
 
+def model_family(model: Mapping) -> str | None:
+    """The target's HF model_type from the config alone (no download): the tiny build's, a random preset's, or
+    `facts.hf_config`'s; None when only loading the checkpoint would tell."""
+    if model.get("source") == "tiny":
+        return "qwen3_moe"
+    if model.get("source") == "random":
+        from ecospec.models.presets import PRESETS
+
+        return (PRESETS.get(model.get("preset")) or {}).get("model_type")
+    return ((model.get("facts") or {}).get("hf_config") or {}).get("model_type")
+
+
+def validate_parallel(d: Mapping) -> None:
+    """model.parallel, ranks and dist_timeout_s: checked before any process starts or any group forms."""
+    model = d["model"]
+    mode = model.get("parallel") or "device_map"
+    if mode not in PARALLEL:
+        raise _bad("model.parallel", mode, f"allowed: {', '.join(PARALLEL)}")
+    for where, value in (("ranks", d.get("ranks")), ("model.ranks", model.get("ranks"))):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _bad(where, value, "must be an integer >= 1 (or null)")
+    t = d.get("dist_timeout_s", 600)
+    if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
+        raise _bad("dist_timeout_s", t, "must be a number of seconds > 0")
+    ranks = d.get("ranks") or model.get("ranks") or 1
+    if mode == "device_map":
+        if ranks > 1:
+            raise _bad("ranks", ranks, "model.parallel=device_map runs one process; use model.parallel=tp or ep")
+        return
+    if ranks < 2:
+        raise _bad("ranks", ranks, f"model.parallel={mode} shards the target over ranks: set ranks >= 2")
+    if model.get("device_map"):
+        raise _bad("model.device_map", model.get("device_map"), f"model.parallel={mode} places the shards itself: "
+                   "set model.device_map=null")  # fmt: skip
+    family = model_family(model)
+    problem = plan_problem(family, mode) if family else None
+    if problem:
+        raise _bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
+
+
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
     d = as_dict(cfg)
+    validate_parallel(d)
     _positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
     if d.get("batch_buffer", "sequence") not in BATCH_BUFFERS:
         raise _bad("batch_buffer", d.get("batch_buffer"), f"allowed: {', '.join(BATCH_BUFFERS)}")

@@ -14,18 +14,22 @@ import torch
 
 from ecospec.experiment.components import pick_device
 from ecospec.experiment.config import as_dict, job_config, job_id, job_kind, job_name, validate_job
+from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
+from ecospec.parallel import env_rank, env_world, init_group, world
 
-RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline")
+RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ranks")
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]
 
 
-def setup_device(d: dict) -> torch.device:
-    """The job's device, and torch's CPU threads: explicit > Slurm's allocation (no cgroups: jobs see every core)
-    > the model's CPU default."""
+def setup_device(d: dict, ranks: int = 1) -> torch.device:
+    """The job's device (a rank of several: its local GPU), and torch's CPU threads: explicit > Slurm's allocation
+    (no cgroups: jobs see every core) > the model's CPU default."""
     device = pick_device(d.get("device", "auto"))
+    if ranks > 1 and device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))))
     threads = d.get("threads") or os.environ.get("SLURM_CPUS_PER_TASK")
     if not threads and device.type == "cpu":
         threads = d["model"].get("cpu_threads")
@@ -60,6 +64,9 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
         rec["skipped"] = True
         return rec
     kind = job_kind(d)
+    ranks = wants_ranks(d) if kind != "predictor" else 1  # the predictor job never loads the target
+    if ranks > 1 and not in_group_env():
+        return _run_spawned(d, job_dir, ranks, body, made)
     record = {
         "schema": SCHEMA,
         "kind": kind,
@@ -73,21 +80,75 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     t0 = time.perf_counter()
     try:
         validate_job(d)
-        device = setup_device(d)
+        device = setup_device(d, ranks)
+        if ranks > 1:
+            join_group(d, device, ranks)
         record["env"] = environment(device)
+        record["env"]["ranks"] = world()
         body(d, job_dir, device, record)
         record["status"] = "ok"
     except Exception as e:  # noqa: BLE001 - a failed job is data; the sweep goes on
         record["status"] = "failed"
         record["error"] = f"{type(e).__name__}: {e}"
         record["traceback"] = traceback.format_exc()
+        if ranks > 1:  # so that rank 0's record (or the spawner's) can name every rank's error
+            write_rank_error(job_dir, env_rank(), record["error"])
+            others = [x for x in rank_errors(job_dir) if not x.startswith(f"rank {env_rank()}:")]
+            if others:
+                record["error"] += " [" + "; ".join(others) + "]"
     record["finished"] = now()
     record["wall_s"] = time.perf_counter() - t0
+    if ranks > 1:
+        leave_group()
+    if ranks > 1 and env_rank() != 0:  # rank 0 alone writes the record and the W&B run
+        return record
     write_record(job_dir, record)
     if kind == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
         log_cell(record, d["logger"], job_dir)
+    return record
+
+
+def join_group(d: dict, device: torch.device, ranks: int) -> None:
+    """Join the job's process group (collectives time out after `dist_timeout_s`); the environment's world must be
+    the job's `ranks`."""
+    if env_world() != ranks:
+        raise ValueError(f"ranks={ranks}, but this job was started with {env_world()} processes (tasks)")
+    init_group(float(d.get("dist_timeout_s") or 600), device.type)
+
+
+def leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[[dict], bool] | None) -> dict:
+    """`ranks` local processes run the job (rank 0 writes its record); validation first, before any of them
+    starts. A rank that fails stops the others, and the job's record says why."""
+    t0 = time.perf_counter()
+    record = {
+        "schema": SCHEMA, "kind": job_kind(d), "cell_id": job_id(d), "cell": job_name(d), "experiment": d.get("name"),
+        "status": "failed", "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}}, "started": now(),
+        "env": {"ranks": ranks},
+    }  # fmt: skip
+    try:
+        validate_job(d)
+    except Exception as e:  # noqa: BLE001 - one clear line, and no process started
+        record["error"] = f"{type(e).__name__}: {e}"
+    else:
+        error = spawn_ranks(d, job_dir, ranks, body, made)
+        if error is None:
+            written = read_record(job_dir / RESULT)
+            if written is not None and written.get("started", "") >= record["started"]:
+                return written
+            error = "rank 0 ended without writing its record"
+        record["error"] = f"a rank failed: {error}"
+    record["finished"] = now()
+    record["wall_s"] = time.perf_counter() - t0
+    write_record(job_dir, record)
     return record
 
 

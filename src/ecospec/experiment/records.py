@@ -116,12 +116,14 @@ class Progress:
     """Finished prompt rows of one cell, appended one JSON line each (flushed and fsynced), keyed by cell_id:
     rows of another cell_id (a changed config) are discarded rather than mixed in."""
 
-    def __init__(self, cell_dir: Path, cid: str, fresh: bool = False):
+    def __init__(self, cell_dir: Path, cid: str, fresh: bool = False, write: bool = True):
         self.path = Path(cell_dir) / PROGRESS
         self.cid = cid
         self.rows: dict[str, dict] = {}
+        self.write = write  # ranks other than 0 read the checkpoint but never touch it
         if fresh:
-            self.path.unlink(missing_ok=True)
+            if write:
+                self.path.unlink(missing_ok=True)
         elif self.path.exists():
             lines = self.path.read_text().splitlines()
             for line in lines:
@@ -133,7 +135,7 @@ class Progress:
                     self.rows.clear()
                     break
                 self.rows[row["key"]] = row["row"]
-            if len(self.rows) != len(lines):  # drop what was not kept, so appends follow valid lines
+            if len(self.rows) != len(lines) and write:  # drop what was not kept, so appends follow valid lines
                 self.path.write_text("".join(json.dumps(self._line(k, r)) + "\n" for k, r in self.rows.items()))
 
     def _line(self, key: str, row: dict) -> dict:
@@ -141,6 +143,8 @@ class Progress:
 
     def add(self, key: str, row: dict) -> None:
         self.rows[key] = row
+        if not self.write:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(self._line(key, row)) + "\n")
@@ -148,4 +152,5 @@ class Progress:
             os.fsync(f.fileno())
 
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        if self.write:
+            self.path.unlink(missing_ok=True)

@@ -21,6 +21,7 @@ from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids
 from ecospec.experiment.components import load_target_and_tokenizer
 from ecospec.experiment.job import run_job
+from ecospec.parallel import env_rank
 from ecospec.predictor.traces import MANIFEST, TraceWriter, route_batch, target_meta
 from ecospec.store import traces_dir
 
@@ -94,11 +95,12 @@ def _collect(d: dict, job_dir: Path, device: torch.device, record: dict) -> None
         "part": t["part"], "parts": t["parts"], "samples": len(mine), "response_tokens": t["response_tokens"],
         "chat_template": chat,
     }  # fmt: skip
-    if d.get("force") and (out / "manifest.json").exists():
+    main = env_rank() == 0  # a tensor-parallel job: every rank traces, rank 0 writes
+    if d.get("force") and main and (out / "manifest.json").exists():
         import shutil
 
         shutil.rmtree(out)
-    writer = TraceWriter(out, target_meta(target), t["shard_size"], collection)
+    writer = TraceWriter(out, target_meta(target), t["shard_size"], collection, write=main, fresh=bool(d.get("force")))
     resumed = writer.samples
     t0 = time.perf_counter()
     bar = tqdm(

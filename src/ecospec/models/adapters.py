@@ -104,8 +104,9 @@ def moe_info(model) -> MoeInfo:
     if not blocks:
         raise _unsupported(f"{type(model).__name__} (no routed-expert layers)")
     num_layers = len(_decoder_layers(model))
-    experts = blocks[0][1].experts
-    num_experts = int(experts.num_experts)
+    # N from the router (replicated under tensor/expert parallelism; an expert-parallel experts module counts only
+    # its rank's experts, its parameters are DTensors of the global shape)
+    num_experts = int(routers(model)[0].weight.shape[0])
     for _, mlp in blocks:
         for name, p in mlp.experts.named_parameters():
             if p.shape[0] != num_experts:

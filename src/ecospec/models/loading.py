@@ -60,19 +60,39 @@ def load_target(
     dtype: str | torch.dtype = "auto",
     device_map: str | dict | None = None,
     attn_implementation: str | None = None,
+    parallel: str = "device_map",
+    experts_implementation: str | None = None,
 ) -> PreTrainedModel:
     """Load a supported MoE causal LM (HF hub id or local directory) in eval mode.
 
-    The config is checked first, so an unsupported model fails before any weights are read.
+    `parallel` (`ecospec.parallel`): ``device_map`` (one process, `device_map` places the layers), or
+    ``tp`` / ``ep``: this process is one rank of an initialised torch.distributed group and gets its shard of
+    every layer (transformers' tensor / expert-parallel plan). The config is checked first, so an unsupported
+    model (or a family without that plan) fails before any weights are read.
     """
+    from ecospec.parallel import distributed_config, kv_head_problem, plan_problem, world
+
     config = AutoConfig.from_pretrained(name_or_path)
-    if getattr(config, "model_type", None) not in _MODEL_TYPES:
-        raise _unsupported(f"{name_or_path} (model_type {getattr(config, 'model_type', None)!r})")
+    family = getattr(config, "model_type", None)
+    if family not in _MODEL_TYPES:
+        raise _unsupported(f"{name_or_path} (model_type {family!r})")
     kwargs: dict = {"dtype": dtype}
-    if device_map is not None:
+    if parallel != "device_map":
+        problem = plan_problem(family, parallel)
+        if problem:
+            raise ValueError(f"parallel={parallel!r}: {problem}")
+        if world() < 2:
+            raise ValueError(f"parallel={parallel!r} needs an initialised process group of >= 2 ranks")
+        problem = kv_head_problem(family, config, world())
+        if problem:
+            raise ValueError(f"parallel={parallel!r}: {problem}")
+        kwargs["distributed_config"] = distributed_config(parallel, world())
+    elif device_map is not None:
         kwargs["device_map"] = device_map
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if experts_implementation is not None:
+        kwargs["experts_implementation"] = experts_implementation
     model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
     moe_info(model)  # raises UnsupportedModelError for a class we do not know how to hook
     return model.eval()

@@ -114,7 +114,9 @@ class ExpertPredictor(nn.Module):
     ) -> ExpertPredictor:
         """A fresh predictor for `target`: copies its embedding; `backbone` is an HF config or a mapping of one
         (random init) or an HF id / local path (pretrained weights, e.g. "Qwen/Qwen3-0.6B")."""
-        return cls.create(moe_info(target), target.get_input_embeddings().weight, backbone, dtype)
+        from ecospec.parallel import full_tensor  # a tensor-parallel target's embedding may be sharded
+
+        return cls.create(moe_info(target), full_tensor(target.get_input_embeddings().weight), backbone, dtype)
 
     @classmethod
     def create(

@@ -85,11 +85,19 @@ class TraceWriter:
     traces of another target, shard size or collection is refused rather than mixed.
     """
 
-    def __init__(self, out_dir: str | Path, meta: Mapping, shard_size: int, collection: Mapping | None = None):
+    def __init__(
+        self, out_dir: str | Path, meta: Mapping, shard_size: int, collection: Mapping | None = None,
+        write: bool = True, fresh: bool = False,
+    ):  # fmt: skip
+        """`write=False` (the ranks other than 0 of a tensor-parallel job): keeps count like the writer, writes
+        nothing; `fresh`: ignore what the directory holds (it is being replaced)."""
         if shard_size < 1:
             raise ValueError(f"shard_size must be >= 1, got {shard_size}")
         self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.write = write
+        if write:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.fresh = fresh
         self.manifest = self._start(dict(meta), shard_size, dict(collection or {}))
         self.route_dtype = np.uint8 if meta["num_experts"] <= 256 else np.int16
         self.pending: list[tuple[np.ndarray, np.ndarray, str | None]] = []
@@ -97,7 +105,7 @@ class TraceWriter:
 
     def _start(self, meta: dict, shard_size: int, collection: dict) -> dict:
         path = self.out / MANIFEST
-        if not path.exists():
+        if self.fresh or not path.exists():
             return {
                 "format": FORMAT, "target": meta, "shard_size": shard_size, "collection": collection, "shards": [],
                 "samples": 0, "tokens": 0,
@@ -144,20 +152,23 @@ class TraceWriter:
         if all(sid is not None for _, _, sid in self.pending):
             arrays["ids"] = np.array([sid for _, _, sid in self.pending], dtype=np.str_)
         name = f"shard-{len(m['shards']):05d}.npz"
-        _atomic_write(self.out / name, lambda f: np.savez(f, **arrays))
+        if self.write:
+            _atomic_write(self.out / name, lambda f: np.savez(f, **arrays))
         m["shards"].append(
             {"file": name, "first_sample": m["samples"], "samples": len(self.pending), "tokens": len(tokens)}
         )
         m["samples"] += len(self.pending)
         m["tokens"] += len(tokens)
-        _write_manifest(self.out, m)
+        if self.write:
+            _write_manifest(self.out, m)
         self.pending.clear()
 
     def close(self) -> Path:
         """Flush and mark the directory complete."""
         self.flush()
         self.manifest["complete"] = True
-        _write_manifest(self.out, self.manifest)
+        if self.write:
+            _write_manifest(self.out, self.manifest)
         return self.out
 
 

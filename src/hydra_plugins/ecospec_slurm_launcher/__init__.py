@@ -2,6 +2,7 @@
 chaining stages with Slurm job dependencies needs (`make paper`: traces -> predictor -> Table 1 -> tables):
 
 - `after` (a top-level knob, not part of any cell): Slurm job ids the array waits for (`--dependency=afterok:`).
+- `model.parallel=tp|ep` with `ranks=R`: one task per rank across nodes (`_rank_layout`); each task is a rank.
 - `hydra.launcher.wait` (default true): wait for the array as hydra-submitit-launcher does; false submits it and
   returns at once, writing `<sweep dir>/submitted.json` ({"array_job_id", "job_ids", "jobs"}) for the next stage.
 
@@ -35,6 +36,26 @@ class EcospecSlurmConf(SlurmQueueConf):
 ConfigStore.instance().store(group="hydra/launcher", name="ecospec_slurm", node=EcospecSlurmConf, provider="ecospec")
 
 
+def _rank_layout(config, p: dict) -> dict:
+    """A tensor/expert-parallel sweep (model.parallel=tp|ep, `ranks`=R): one Slurm task per rank, one per GPU,
+    so R = nodes x tasks per node (tasks per node = the node's GPUs; on a CPU cluster all R on one node); the node's
+    CPUs are shared out over its tasks. A one-process target (device_map) keeps one task per cell."""
+    if config is None:
+        return {}
+    mode = OmegaConf.select(config, "model.parallel") or "device_map"
+    ranks = int(OmegaConf.select(config, "ranks") or OmegaConf.select(config, "model.ranks") or 1)
+    if mode == "device_map" or ranks < 2:
+        return {}
+    gpus = int(p.get("gpus_per_node") or 0)
+    per_node = gpus if gpus else ranks
+    if ranks % per_node:
+        raise ValueError(
+            f"ranks={ranks} is not a multiple of the {per_node} GPUs per node (hydra.launcher.gpus_per_node)"
+        )
+    cpus = max(1, int(p.get("cpus_per_task") or 1) // per_node) if gpus else int(p.get("cpus_per_task") or 1)
+    return {"nodes": ranks // per_node, "tasks_per_node": per_node, "cpus_per_task": cpus}
+
+
 class EcospecSlurmLauncher(SlurmLauncher):
     def __init__(self, wait: bool = True, **params: Any) -> None:
         super().__init__(**params)
@@ -50,6 +71,7 @@ class EcospecSlurmLauncher(SlurmLauncher):
             extra = dict(p.get("additional_parameters") or {})
             extra["dependency"] = f"afterok:{after}"
             p["additional_parameters"] = extra
+        p.update(_rank_layout(self.config, p))
         executor = submitit.AutoExecutor(
             folder=p.pop("submitit_folder"), cluster="slurm", slurm_max_num_timeout=p.pop("max_num_timeout", 0)
         )

@@ -1,0 +1,121 @@
+"""How many GPUs and nodes a target needs, and the launcher settings that run it (model.parallel, ranks, cluster).
+
+    python -m ecospec.analysis.sizing --model deepseek --gpu H100 [--tokens 65536] [--usable 0.9]
+
+Weights: every parameter at its checkpoint storage format (`analysis.cost.model_cost`: routed experts, the dense
+part and the input embedding; fp8 / mxfp4 block scales included). KV cache: `--tokens` cached tokens (default 8
+sequences x 8,192) in bf16, per layer 2 x kv heads x head dim (MLA: kv_lora_rank + qk_rope_head_dim, the latent
+DeepSeek caches). A GPU offers `--usable` of its memory (the rest: activations, CUDA context, fragmentation).
+GPUs = ceil((weights + KV) / usable), rounded up to a tensor-parallel degree that divides the attention heads
+(1, 2, 4, 8 on one node; whole nodes of 8 beyond), nodes = GPUs / 8 rounded up. Estimates, labelled so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+from ecospec.analysis.cost import expert_bytes, load_model_config, model_cost
+from ecospec.parallel import plans
+
+GPU_MEMORY = {"H100": 80e9, "H200": 141e9, "B200": 192e9}  # bytes of HBM per GPU (datasheets: 80, 141, 192 GB)
+GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class Sizing:
+    model: str
+    gpu: str
+    weight_bytes: float
+    kv_bytes: float
+    gpus: int
+    nodes: int
+    parallel: str
+    notes: tuple[str, ...]
+
+    @property
+    def per_gpu_bytes(self) -> float:
+        return (self.weight_bytes + self.kv_bytes) / self.gpus
+
+    def launch(self) -> str:
+        if self.gpus == 1 or self.parallel == "device_map":
+            return (f"model={self.model} model.parallel=device_map cluster=slurm_gpu "
+                    f"hydra.launcher.gpus_per_node={self.gpus}")  # fmt: skip
+        per_node = min(self.gpus, GPUS_PER_NODE)
+        return (f"model={self.model} model.parallel={self.parallel} model.device_map=null ranks={self.gpus} "
+                f"cluster=slurm_gpu hydra.launcher.gpus_per_node={per_node}")  # fmt: skip
+
+
+def weight_bytes(model: dict) -> float:
+    c = model_cost(model)
+    embedding = expert_bytes(c.embedding_params, c.storage["other"])
+    return c.num_experts * c.moe_layers * c.expert_bytes + c.dense_bytes + embedding
+
+
+def kv_bytes_per_token(model: dict) -> float:
+    hf = (model.get("facts") or {}).get("hf_config") or {}
+    layers = hf["num_hidden_layers"]
+    if hf.get("kv_lora_rank"):  # MLA caches the compressed latent and the shared rope key
+        return layers * (hf["kv_lora_rank"] + hf.get("qk_rope_head_dim", 64)) * 2
+    heads = hf.get("num_key_value_heads") or hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+    return layers * 2 * heads * head_dim * 2
+
+
+def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9) -> Sizing:
+    if gpu not in GPU_MEMORY:
+        raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPU_MEMORY)}")
+    model = load_model_config(name)
+    weights = weight_bytes(model)
+    kv = kv_bytes_per_token(model) * tokens
+    need = math.ceil((weights + kv) / (GPU_MEMORY[gpu] * usable))
+    hf = model["facts"]["hf_config"]
+    heads = hf["num_attention_heads"]
+    gpus = (
+        next(g for g in (1, 2, 4, 8) if g >= need)
+        if need <= GPUS_PER_NODE
+        else GPUS_PER_NODE * math.ceil(need / GPUS_PER_NODE)
+    )
+    while gpus > 1 and heads % gpus and gpus <= GPUS_PER_NODE:  # TP shards the attention heads
+        gpus *= 2
+    notes = []
+    kv_heads = hf.get("num_key_value_heads") or heads
+    family = hf["model_type"]
+    parallel = "ep" if family == "gpt_oss" else "tp"
+    if family == "gpt_oss":
+        notes.append("GPT-OSS's tensor-parallel plan shards only the embedding: ep spreads its experts instead")
+    if hf.get("kv_lora_rank"):
+        notes.append("DeepSeek's MLA attention is replicated by its TP plan; experts and dense MLPs are sharded")
+    elif gpus > 1 and kv_heads % gpus and any("self_attn" in k for k in plans(family)["tp"]):
+        parallel = "device_map"
+        notes.append(f"transformers' TP plan splits the {kv_heads} KV heads, which {gpus} ranks cannot divide "
+                     "(ecospec.parallel.kv_head_problem): one process spreads the layers over the GPUs")  # fmt: skip
+    return Sizing(name, gpu, weights, kv, gpus, math.ceil(gpus / GPUS_PER_NODE), parallel, tuple(notes))
+
+
+def report(s: Sizing, tokens: int, usable: float) -> list[str]:
+    lines = [
+        f"{s.model} on {s.gpu} ({GPU_MEMORY[s.gpu] / 1e9:.0f} GB, {usable:.0%} usable) -- estimates",
+        f"  weights as stored: {s.weight_bytes / 1e9:,.1f} GB; KV cache for {tokens:,} tokens: "
+        f"{s.kv_bytes / 1e9:,.1f} GB",
+        f"  GPUs: {s.gpus} ({s.nodes} node{'s' if s.nodes > 1 else ''} x {min(s.gpus, GPUS_PER_NODE)}), "
+        f"{s.per_gpu_bytes / 1e9:,.1f} GB per GPU",
+        f"  run: python run.py -m {s.launch()}",
+    ]
+    return lines + [f"  note: {n}" for n in s.notes]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a conf/model name with facts (qwen3, gptoss, deepseek, ...)")
+    ap.add_argument("--gpu", default=None, help=f"one of {', '.join(GPU_MEMORY)} (default: all)")
+    ap.add_argument("--tokens", type=int, default=8 * 8192, help="cached tokens to leave room for")
+    ap.add_argument("--usable", type=float, default=0.9)
+    a = ap.parse_args()
+    for gpu in [a.gpu] if a.gpu else list(GPU_MEMORY):
+        print("\n".join(report(size(a.model, gpu, a.tokens, a.usable), a.tokens, a.usable)))
+
+
+if __name__ == "__main__":
+    main()

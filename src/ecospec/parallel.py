@@ -1,0 +1,153 @@
+"""How a target is spread over devices, the way the field runs large MoE models.
+
+`parallel` (a model config knob):
+
+* ``device_map``: one process; accelerate places whole layers on successive GPUs (``device_map="auto"``), so a
+  forward walks through them one GPU at a time (the regime of the paper's HF prototype). The default.
+* ``tp``: tensor parallelism over every rank of a torch.distributed group (one process per GPU, SPMD):
+  transformers shards each layer by the config's ``base_model_tp_plan`` (attention heads column/row-wise, experts
+  ``moe_tp_experts``) and all-reduces, so a pass reads all GPUs' HBM at once, and the group can span nodes.
+* ``ep``: tensor parallelism for the dense part plus expert parallelism (``base_model_ep_plan``): each rank holds
+  N / ranks whole experts.
+
+Every rank holds the same routers (replicated in every plan), so routing captured on any rank is the model's.
+What each family's plan shards, read from transformers' config classes (no download; `plan_summary`):
+Qwen3-MoE and Mixtral shard attention and experts; DeepSeek-V3 the experts and dense MLPs (its MLA attention is
+replicated); GPT-OSS's TP plan shards only the input embedding, so under ``tp`` every GPU holds every expert
+and layer: use ``ep`` for GPT-OSS, or ``device_map``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+PARALLEL = ("device_map", "tp", "ep")
+# family -> HF config class module and name (read without building a model)
+_CONFIG_CLASSES = {
+    "qwen3_moe": ("transformers.models.qwen3_moe.configuration_qwen3_moe", "Qwen3MoeConfig"),
+    "gpt_oss": ("transformers.models.gpt_oss.configuration_gpt_oss", "GptOssConfig"),
+    "deepseek_v3": ("transformers.models.deepseek_v3.configuration_deepseek_v3", "DeepseekV3Config"),
+    "mixtral": ("transformers.models.mixtral.configuration_mixtral", "MixtralConfig"),
+}
+# (family, mode) that transformers' plans name but that do not run: measured with transformers 5.24 on CPU/gloo
+# (tests/test_parallel.py): GPT-OSS's expert-parallel forward fails in its router ("Class values must be smaller
+# than num_classes").
+BROKEN = {("gpt_oss", "ep"): "transformers' expert-parallel GPT-OSS forward fails (router one-hot over local experts)"}
+
+
+def plans(family: str) -> dict[str, dict]:
+    """{"tp": base_model_tp_plan, "ep": base_model_ep_plan} of a family's HF config class ({} where it has none)."""
+    import importlib
+
+    if family not in _CONFIG_CLASSES:
+        return {"tp": {}, "ep": {}}
+    module, name = _CONFIG_CLASSES[family]
+    cls = getattr(importlib.import_module(module), name)
+    return {"tp": dict(getattr(cls, "base_model_tp_plan", None) or {}),
+            "ep": dict(getattr(cls, "base_model_ep_plan", None) or {})}  # fmt: skip
+
+
+def plan_problem(family: str, mode: str) -> str | None:
+    """Why `family` cannot run under `mode`, or None."""
+    if mode not in PARALLEL:
+        return f"allowed: {', '.join(PARALLEL)}"
+    if mode == "device_map":
+        return None
+    if not plans(family)[mode]:
+        return f"{family} has no {'tensor' if mode == 'tp' else 'expert'}-parallel plan in transformers"
+    return BROKEN.get((family, mode))
+
+
+def kv_head_problem(family: str, config, ranks: int) -> str | None:
+    """Why `ranks` cannot tensor-shard this config's attention, or None: transformers' plan splits q/k/v column-
+    wise, so the KV heads must divide over the ranks (a tiny Qwen3-MoE with 1 KV head on 2 ranks fails in the
+    attention reshape). MLA (DeepSeek) and GPT-OSS keep attention replicated."""
+    if not any("self_attn" in key for key in plans(family)["tp"]):
+        return None
+    kv = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", 1)
+    heads = getattr(config, "num_attention_heads", kv)
+    if kv % ranks or heads % ranks:
+        return f"{heads} attention / {kv} KV heads cannot be split over {ranks} ranks; use parallel=device_map"
+    return None
+
+
+def plan_summary(family: str) -> str:
+    """What the family's TP plan shards, in words (a line for the sizing command and the docs)."""
+    tp = plans(family)["tp"]
+    parts = sorted({key.split(".")[2] if key.startswith("layers.") else key for key in tp})
+    return f"{family}: TP plan shards {', '.join(parts) or 'nothing'}" + (
+        "; EP plan: experts" if plans(family)["ep"] else ""
+    )
+
+
+def distributed_config(mode: str, world: int):
+    """transformers' DistributedConfig for `mode` over `world` ranks."""
+    from transformers.distributed import DistributedConfig
+
+    if mode == "tp":
+        return DistributedConfig(tp_size=world)
+    if mode == "ep":
+        return DistributedConfig(tp_size=world, ep_size=world)
+    raise ValueError(f"parallel={mode!r} takes no distributed config")
+
+
+# -- the process group --------------------------------------------------------------------------------------
+
+
+def rank() -> int:
+    """This process's rank (0 without a process group)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """Only rank 0 writes records, checkpoints, W&B runs and logs."""
+    return rank() == 0
+
+
+def env_world() -> int:
+    """Ranks the environment asks for: torchrun's WORLD_SIZE, else Slurm's task count (submitit), else 1."""
+    for key in ("WORLD_SIZE", "SLURM_NTASKS"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    return 1
+
+
+def env_rank() -> int:
+    """This process's rank as its launcher set it (torchrun's RANK, Slurm's SLURM_PROCID), before any group."""
+    for key in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    return 0
+
+
+def init_group(timeout_s: float, device_type: str) -> None:
+    """Join the process group the environment describes (torchrun: RANK/WORLD_SIZE/MASTER_ADDR/PORT; Slurm:
+    submitit's TorchDistributedEnvironment exports them from SLURM_*), gloo on CPU and nccl on GPUs. Every
+    collective times out after `timeout_s`, so a rank that died makes the others fail instead of hang."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if "RANK" not in os.environ and os.environ.get("SLURM_NTASKS"):
+        import submitit
+
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def full_tensor(t):
+    """A plain tensor of `t`: a DTensor (a sharded or replicated parameter) is gathered, others returned as is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
