@@ -37,10 +37,13 @@ def _decode(target, drafter, predictor):
     ar = ecospec.generate(target, ids, max_new_tokens=10, eos_token_id=[])
     sd = ecospec.generate(target, ids, drafter=drafter, selector="ecospec", predictor=predictor, max_new_tokens=10,
                           eos_token_id=[], trace=True)  # fmt: skip
+    batch = ecospec.generate_batch(target, [PROMPT, PROMPT[:6]], drafter=drafter, selector="ecospec",
+                                   predictor=predictor, max_new_tokens=10, eos_token_id=[])  # fmt: skip
     with torch.no_grad(), RoutingCapture(target) as cap:
         target(ids)
         routes = cap.take().tolist()
-    return {"ar": ar.tokens, "sd": sd.tokens, "routes": routes, "steps": [s.trace.routes for s in sd.steps]}
+    return {"ar": ar.tokens, "sd": sd.tokens, "routes": routes, "steps": [s.trace.routes for s in sd.steps],
+            "batch": [r.tokens for r in batch.results]}  # fmt: skip
 
 
 def _components(target, preset):
@@ -106,6 +109,7 @@ def test_sharded_greedy_sd_equals_single_process_ar(sharded, mode, preset):
     for got in ranks:
         r = got[f"{mode}/{preset}"]
         assert r["sd"] == r["ar"] == single[preset]["ar"]  # lossless, and the sharded target is the same model
+        assert r["batch"] == single[preset]["batch"] and r["batch"][0] == r["ar"]  # batched SD: per-row caches
         assert r["routes"] == single[preset]["routes"]
 
 
