@@ -464,6 +464,36 @@ class Eagle3Drafter:
         return self._topk_children(self._root_out, topk)
 
     @torch.no_grad()
+    def begin_positions(
+        self, tokens: torch.Tensor, hidden: torch.Tensor, positions: list[int], topk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows = prefixes of one sequence, in one head pass: row b is the state `begin` leaves after the prompt
+        tokens[: positions[b] + 2] (its root is tokens[positions[b] + 1]). tokens [T], hidden [T - 1, F] (the
+        target's features at positions 0..T-2). Causal attention makes entry i of the whole pass what a pass over
+        the prefix gives, so every row sees the shared entries up to its own (GTO grows a training tree at each
+        position this way). Resets the drafter to len(positions) rows; returns the roots' top-k children."""
+        n = hidden.shape[0]
+        if tokens.shape[0] != n + 1 or not all(0 <= i < n for i in positions):
+            raise ValueError(f"begin_positions: tokens [{n + 1}] and hidden [{n}, F], positions in [0, {n})")
+        dev, dt = self.head.device, self.head.dtype
+        self.reset(rows=len(positions))
+        shared = KVCache()
+        out = self.head(self.head.project(hidden.to(device=dev, dtype=dt))[None], self._embed(tokens[None, 1:]),
+                        torch.arange(n, device=dev), shared)  # fmt: skip
+        rows = len(positions)
+        self.cache.k = shared.k.expand(rows, *shared.k.shape[1:])
+        self.cache.v = shared.v.expand(rows, *shared.v.shape[1:])
+        s = self.slots
+        s._grow(n)
+        s._valid[:, :n] = torch.arange(n)[None, :] <= torch.tensor(positions)[:, None]
+        s._pos = [list(range(n)) for _ in positions]
+        s.n = [i + 1 for i in positions]
+        s.committed_width = n
+        self._topk = topk
+        self._root_out = out[0, torch.tensor(positions, device=dev)]
+        return self._topk_children(self._root_out, topk)
+
+    @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         logp, ids = self.expand_rows([tree], [beam], topk)
         return logp[0], ids[0]
