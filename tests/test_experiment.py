@@ -32,7 +32,8 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "predictor", "table1", "table10", "table11_12", "table4", "table6_7", "table8", "table9", "tiny_repro", "traces"
+        "gto", "predictor", "table1", "table10", "table11_12", "table4", "table5", "table6_7", "table8", "table9",
+        "tiny_repro", "traces",
     ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
@@ -52,7 +53,7 @@ def test_every_experiment_preset_composes(experiment):
     assert cfg.name == experiment
     sweeper = cfg.hydra.sweeper
     grids = [sweeper.params] if "params" in sweeper and sweeper.params else list(sweeper.grids)
-    assert all(len(g) for g in grids) and (grids or cfg.job == "predictor")  # predictor: one job per model
+    assert all(len(g) for g in grids) and (grids or cfg.job in ("predictor", "gto"))  # training: one job per model
     for grid in grids:  # every swept value composes
         for key, values in grid.items():
             for v in str(values).split(","):
@@ -129,11 +130,11 @@ def test_grid_sweeper_runs_the_union_of_tables_once():
     jobs = sweeper.jobs([])
     keys = [tuple(sorted(j)) for j in jobs]
     assert len(keys) == len(set(keys))
-    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4), 6-7 (2 x 4 x 2 batch sizes and the
-    # batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
+    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4), 5 (2 x 4), 6-7 (2 x 4 x 2 batch sizes
+    # and the batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
     # Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's gamma-4 cells in
     # Table 11-12, are listed twice and skipped by their ok record the second time.)
-    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8
+    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8 + 8  # + Table 5: gto, gto_ecospec x 4
     assert sum("method=oracle" in j for j in jobs) == 2
     narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
     assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)

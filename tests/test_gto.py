@@ -166,3 +166,29 @@ def test_a_few_hundred_steps_raise_the_reward_against_the_reference(trained_setu
     trained, log = train_gto(head, target, seqs, steps=200, lr=1e-3, batch_size=2, seq_len=32, settings=s)
     assert reward(trained) > reward(start)
     assert sum(log.reward_gain[-50:]) > 0  # r(M) - r(M0) on the training trees, late in training
+
+
+def test_gto_job_publishes_a_head_that_the_gto_methods_load(tmp_path, monkeypatch):
+    """experiment=gto on a random tiny target (train-split prompts answered by the target), then method=gto and
+    gto_ecospec find the published head in the store; before it exists the cell is refused with the command."""
+    from omegaconf import OmegaConf
+    from test_experiment import _compose
+
+    from ecospec.experiment.config import ConfigError, validate
+    from ecospec.experiment.job import run_any
+
+    monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path / "cache"))
+    fast = ["model=tiny_random", "threads=1", "progress=false", f"out_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match="needs a GTO-trained EAGLE-3 head for model=tiny_random; make it with"):
+        validate(_compose(*fast, "method=gto"))
+    job = _compose("experiment=gto", *fast, "gto.datasets=[humaneval]", "gto.num_prompts=4", "gto.response_tokens=8",
+                   "gto.steps=3", "gto.seq_len=16", "gto.groups=1", "gto.group_size=4", "gto.warmup_steps=1",
+                   "gto.save_every=2", "gto.lr=1e-3")  # fmt: skip
+    rec = run_any(OmegaConf.to_container(job, resolve=True), tmp_path / "gto")
+    assert rec["status"] == "ok", rec.get("traceback")
+    assert rec["summary"]["sequences"] == 4 and any((tmp_path / "cache").rglob("gto/head/config.json"))
+    for method in ("gto", "gto_ecospec"):
+        cfg = _compose(*fast, f"method={method}", "num_prompts=1", "max_new_tokens=8")
+        cell = run_any(OmegaConf.to_container(cfg, resolve=True), tmp_path / method)
+        assert cell["status"] == "ok", cell.get("traceback")
+        assert cell["summary"]["matches_ar"] == 1.0 and cell["config"]["method"]["drafter"] == "gto"

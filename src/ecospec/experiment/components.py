@@ -49,12 +49,15 @@ def _dtype(name: str | None) -> torch.dtype | str:
     return "auto" if name in (None, "auto") else getattr(torch, name)
 
 
-def _tiny_dirs(model: dict) -> dict[str, Path]:
+def _tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
+    """The tiny build's directories, built first where missing; `until`: an optional stage too (e.g. "gto")."""
     tiny = importlib.import_module("ecospec.tiny.build")
     budget = model.get("budget", "full")
     stages = tiny.status(budget)["stages"].values()
     if any(st["status"] != "done" for st in stages):
         tiny.build(budget)  # the first time: about 15 minutes on 2 cores, with progress bars and a summary
+    if until is not None:
+        tiny.build(budget, until=until)  # a no-op once built
     return tiny.paths(budget)
 
 
@@ -150,15 +153,24 @@ def _drafter(kind: str | None, model: dict, target):
 
         draft = AutoModelForCausalLM.from_pretrained(str(_local(path)), dtype=target.dtype)
         return DraftModelDrafter(draft.to(target.device).eval())
-    if kind == "eagle3":
+    if kind in ("eagle3", "gto"):  # gto: an EAGLE-3 head trained further with Group Tree Optimization
         from ecospec.drafters.eagle3 import Eagle3Drafter, Eagle3Head, init_random_weights
         from ecospec.drafters.eagle3_checkpoint import load_eagle3
         from ecospec.drafters.eagle3_train import default_head_config
 
         if path == "random":
-            head = init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
+            head = init_random_weights(Eagle3Head(default_head_config(target)), seed=1 if kind == "eagle3" else 3)
         else:
-            where = _tiny_dirs(model)["drafter"] / "head" if path is None else _local(path)
+            if path is not None:
+                where = _local(path)
+            elif kind == "gto" and model["source"] == "tiny":
+                where = _tiny_dirs(model, until="gto")["gto"] / "head"  # built on first use (a few minutes)
+            elif kind == "gto":
+                from ecospec.store import gto_root
+
+                where = gto_root(model) / "head"
+            else:
+                where = _tiny_dirs(model)["drafter"] / "head"
             head = load_eagle3(where, target.config)
         head = head.to(device=target.device, dtype=target.dtype).eval()
         return Eagle3Drafter(head, target.get_input_embeddings())
@@ -171,7 +183,7 @@ def _drafter(kind: str | None, model: dict, target):
         # load_mtp reads only the MTP layer's shards of a hub checkpoint (not the whole model)
         head = load_mtp(path or model["target"], target.config, dtype=target.dtype, device=target.device)
         return MtpDrafter(head, target)
-    raise ConfigError(f"drafter kind {kind!r}: allowed eagle3, mtp, draft_model")
+    raise ConfigError(f"drafter kind {kind!r}: allowed eagle3, mtp, draft_model, gto")
 
 
 def _predictor(model: dict, target) -> tuple[Any, float | None]:

@@ -18,12 +18,12 @@ from ecospec.data.split import SPLITS
 from ecospec.parallel import PARALLEL, plan_problem
 from ecospec.selection import POLICIES
 from ecospec.store import IDENTITY as STORE_IDENTITY
-from ecospec.store import predictor_root, stored_predictor
+from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 
 SOURCES = ("tiny", "random", "hf")
-DRAFTERS = ("eagle3", "mtp", "draft_model")
+DRAFTERS = ("eagle3", "mtp", "draft_model", "gto")  # gto: an EAGLE-3 head trained further with GTO
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor")
+JOBS = ("cell", "traces", "predictor", "gto")
 BATCH_BUFFERS = ("sequence", "batch")  # engine.batch_loop.BATCH_BUFFERS (not imported: validation loads no torch)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
@@ -49,6 +49,8 @@ CELL_KEYS = (
 # What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
 TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
 TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
+GTO_KEYS = ("data", "datasets", "num_prompts", "response_tokens", "steps", "lr", "warmup_steps", "batch_size",
+            "seq_len", "groups", "group_size", "depth", "topk", "seed")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -95,6 +97,9 @@ def _model_identity(model: Mapping, kind: str) -> dict:
     out = {k: model.get(k) for k in ("name", *STORE_IDENTITY, *extra)}
     if kind == "predictor":
         out["backbone"] = (model.get("predictor") or {}).get("backbone")
+    if kind == "gto":
+        out["head"] = ((model.get("drafters") or {}).get("eagle3") or {}).get("path")
+        out["chat_template"] = model.get("chat_template")
     return out
 
 
@@ -104,13 +109,16 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     kind = job_kind(cfg)
     if kind == "cell":
         return cell_config(cfg)
-    d = {k: cfg.get(k) for k in ("model", "dataset", "traces", "training", "num_prompts")}  # not `hydra` (see above)
+    d = {k: cfg.get(k) for k in ("model", "dataset", "traces", "training", "gto", "num_prompts")}  # not `hydra`
     d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
     out = {"job": kind, "model": _model_identity(d["model"], kind)}
     if kind == "traces":
         t = d.get("traces") or {}
         out["dataset"] = d["dataset"]
         out["traces"] = {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}
+    elif kind == "gto":
+        g = d.get("gto") or {}
+        out["gto"] = {k: g.get(k) for k in GTO_KEYS}
     else:
         t = d.get("training") or {}
         out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
@@ -132,7 +140,7 @@ def job_name(cfg: DictConfig | Mapping) -> str:
         t = c["traces"]
         part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
         return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{job_id(cfg)[:6]}"
-    return f"predictor-{c['model']['name']}-{job_id(cfg)[:6]}"
+    return f"{kind}-{c['model']['name']}-{job_id(cfg)[:6]}"
 
 
 def _num(x: float) -> str:
@@ -258,8 +266,31 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         validate_traces(d)
     elif kind == "predictor":
         validate_training(d)
+    elif kind == "gto":
+        validate_gto(d)
     else:
         validate(d, check_predictor=not awaiting)
+
+
+def validate_gto(d: Mapping) -> None:
+    _validate_model(d["model"])
+    validate_parallel(d)
+    g = d.get("gto") or {}
+    if not g.get("data"):
+        datasets = g.get("datasets")
+        if not datasets or isinstance(datasets, str):
+            raise _bad("gto.datasets", datasets, "a non-empty list of datasets (their train split), or set gto.data")
+        for name in datasets:
+            _validate_dataset({"name": name}, "gto.datasets")
+    _positive_ints(g, (("steps", 1), ("batch_size", 1), ("seq_len", 8), ("groups", 1), ("group_size", 2),
+                       ("depth", 1), ("topk", 1), ("response_tokens", 1), ("save_every", 1),
+                       ("batch_size_generate", 1)), "gto.")  # fmt: skip
+    lr = g.get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
+        raise _bad("gto.lr", lr, "must be a number > 0")
+    eagle = (d["model"].get("drafters") or {}).get("eagle3")
+    if eagle is None:
+        raise _bad("model.drafters.eagle3", None, f"model={d['model']['name']} has no EAGLE-3 head to start GTO from")
 
 
 def validate_traces(d: Mapping) -> None:
@@ -387,6 +418,13 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
             f"method={method['name']} needs a {kind} drafter, but model={model['name']} has none "
             f"(model.drafters has: {have}); pick another method or set model.drafters.{kind}"
         )
+    if kind == "gto" and model["source"] != "tiny" and not (drafters["gto"] or {}).get("path"):
+        if stored_gto(model) is None and check_predictor:
+            raise ConfigError(
+                f"model.drafters.gto.path=None: method={method['name']} needs a GTO-trained EAGLE-3 head for "
+                f"model={model['name']}; make it with: python run.py -m experiment=gto model={model['name']} "
+                f"(looked in {gto_root(model) / 'head'}), or set model.drafters.gto.path=<directory or HF id>"
+            )
     pred = method.get("predictor")
     if pred not in (None, *PREDICTORS):
         raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")

@@ -43,6 +43,7 @@ from ecospec.cache import cache_root, digest
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
 from ecospec.tiny.drafter import DrafterRecipe, drafter_stage, drafter_summary
 from ecospec.tiny.evaluate import EvalRecipe, evaluate_stage, evaluate_summary
+from ecospec.tiny.gto import GtoRecipe, gto_stage, gto_summary
 from ecospec.tiny.predictor import (
     PredictorRecipe,
     TracesRecipe,
@@ -76,6 +77,7 @@ class Budget:
     traces: TracesRecipe = field(default_factory=TracesRecipe)
     predictor: PredictorRecipe = field(default_factory=PredictorRecipe)
     evaluate: EvalRecipe = field(default_factory=EvalRecipe)
+    gto: GtoRecipe = field(default_factory=GtoRecipe)
 
 
 BUDGETS: dict[str, Budget] = {
@@ -96,6 +98,7 @@ BUDGETS: dict[str, Budget] = {
         traces=TracesRecipe(samples=120),
         predictor=PredictorRecipe(hidden_size=64, head_dim=16, intermediate_size=128, steps=120),
         evaluate=EvalRecipe(prompts=4, max_new_tokens=32),
+        gto=GtoRecipe(steps=20, seq_len=128, groups=4),
     ),
     "micro": Budget(
         "micro",
@@ -132,6 +135,7 @@ BUDGETS: dict[str, Budget] = {
             thresholds=(),
         ),  # fmt: skip
         evaluate=EvalRecipe(prompts=2, max_new_tokens=8),
+        gto=GtoRecipe(steps=3, seq_len=32, groups=2, group_size=4, train_windows=20),
     ),
 }
 
@@ -207,6 +211,7 @@ class Stage:
     recipe: Callable[[Budget], Any] | None = None
     summary: Callable[[dict], list[str]] | None = None
     revision: str = "1"
+    optional: bool = False  # built only when asked for (`build(..., until=name)` or `extra`), never by default
 
     def recipe_of(self, budget: Budget) -> Any:
         if self.recipe is not None:
@@ -293,6 +298,7 @@ STAGES: list[Stage] = [
     Stage("traces", traces_stage, summary=traces_summary),  # routing traces for the predictor
     Stage("predictor", predictor_stage, summary=predictor_summary),  # expert predictor (ecospec.predictor)
     Stage("evaluate", evaluate_stage, summary=evaluate_summary),  # alpha, E, T_pred on HumanEval prompts
+    Stage("gto", gto_stage, summary=gto_summary, optional=True),  # the GTO head (method=gto), on first use
 ]
 
 
@@ -391,6 +397,7 @@ def build(
     if until is not None and until not in names:
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
     stages = STAGES[: names.index(until) + 1] if until is not None else STAGES
+    stages = [st for st in stages if not st.optional or st.name == until]  # optional: only when asked for
     keys = _stage_keys(b)
     root = root_dir(b)
     summary: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
@@ -485,6 +492,8 @@ def status(budget: str | Budget = "full") -> dict:
     root = root_dir(b)
     out: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
     for stage in STAGES:
+        if stage.optional:
+            continue  # not part of a finished build; `build(until=name)` makes it
         done = _read_done(root / stage.name)
         state = "missing" if done is None else ("done" if done.get("key") == keys[stage.name] else "stale")
         out["stages"][stage.name] = {"status": state, **({} if done is None else done)}
