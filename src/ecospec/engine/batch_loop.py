@@ -10,12 +10,14 @@ forward per tree level and one predictor forward per step for the whole batch.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.batch import RowBlock, compact_rows, drop_rows, forward_rows
+from ecospec.engine.budget import ExpertBudget
 from ecospec.engine.forward import attention_layout, cache_len, crop_cache, new_cache
 from ecospec.engine.loop import COST_AWARE, _check, _now, eos_set
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace, mean_experts
@@ -70,6 +72,8 @@ def generate_batch(
     eos_token_id: int | list[int] | None = None,
     trace: bool = False,
     batch_buffer: str = "sequence",
+    expert_budget: int | None = None,
+    budget_policy: str = "truncate",
 ) -> BatchResult:
     """Generate up to `max_new_tokens` tokens for each of `prompts` (1-D token lists or tensors, any lengths).
 
@@ -101,7 +105,8 @@ def generate_batch(
     out = BatchResult(results=results)
     cache = new_cache()
 
-    with RoutingCapture(target) as cap:
+    budget = ExpertBudget(target, expert_budget, budget_policy) if expert_budget is not None else nullcontext()
+    with budget, RoutingCapture(target) as cap:  # the budget's router hook first: the capture sees what ran
         # Prefill every prompt but its last token (each row's first root), in one forward.
         t0 = _now(device)
         active = list(range(size))  # sequences still in the batch, in cache-row order
@@ -169,7 +174,12 @@ def generate_batch(
                 depths = [0] + [t.depths[i] for i in pick]
                 blocks.append(RowBlock(tokens, depths, ancestor_mask([p - 1 for p in parents_of[s][1:]])))
             start = cache_len(cache)
+            if expert_budget is not None:  # one budget for the whole batched pass (it loads the union); SD only
+                budget.active = drafter is not None
+                budget.real = _real_tokens(blocks)
             res, real = forward_rows(target, layout, cache, lengths, blocks, hidden=bool(feats))
+            if expert_budget is not None:
+                budget.active = False
             q = real.shape[1]
             routes = cap.take().view(info.num_moe_layers, len(active), q, -1)
             pass_counts = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
@@ -254,6 +264,12 @@ def _oracle_rows(target, layout, cache, cap, info, lengths, roots, trees, active
         roots_m.append(masks[0])
         nodes_m.append(masks[1:])
     return roots_m, nodes_m
+
+
+def _real_tokens(blocks) -> torch.Tensor:
+    """bool [B * q] (batch-major, as the routers see the pass): which queries of the next forward_rows are real."""
+    q = max(len(b.tokens) for b in blocks)
+    return (torch.arange(q)[None, :] < torch.tensor([len(b.tokens) for b in blocks])[:, None]).reshape(-1)
 
 
 def _causal(n: int) -> torch.Tensor:

@@ -7,10 +7,12 @@ autoregressive decoding through the same loop (a step verifies only the root).
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
+from ecospec.engine.budget import ExpertBudget
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace
 from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts
@@ -81,12 +83,15 @@ def generate(
     eos_token_id: int | list[int] | None = None,
     trace: bool = False,
     draft_stop: float | None = None,
+    expert_budget: int | None = None,
+    budget_policy: str = "truncate",
 ) -> GenerateResult:
     """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API).
 
     `trace=True` keeps each verify pass's block (tokens, parents, depths), accepted path and routes in
     `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step). `draft_stop`: adaptive
-    drafting (off by default), see `grow_tree`."""
+    drafting (off by default), see `grow_tree`. `expert_budget` (MoE-Spec, lossy): every SD verify pass loads at
+    most that many experts per MoE layer (`engine.budget`; `budget_policy` truncate | substitute)."""
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     info = moe_info(target)
     layout = attention_layout(target.config, target)
@@ -104,7 +109,8 @@ def generate(
     out = GenerateResult(tokens=[], prompt_len=n_prompt)
     load = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
 
-    with RoutingCapture(target) as cap:
+    budget = ExpertBudget(target, expert_budget, budget_policy) if expert_budget is not None else nullcontext()
+    with budget, RoutingCapture(target) as cap:  # the budget's router hook first: the capture sees what ran
         # Prefill all but the last prompt token: that one is the first step's root.
         t0 = _now(device)
         hidden_new = None
@@ -153,9 +159,13 @@ def generate(
             kpos = torch.cat([torch.arange(prefix, device=device), qpos])
             tree_vis = ancestor_mask([p - 1 for p in block_parents[1:]], device)  # node-list parents: root = -1
             vis = torch.cat([torch.ones(q, prefix, dtype=torch.bool, device=device), tree_vis], 1)
+            if expert_budget is not None:
+                budget.active = drafter is not None  # SD verify passes only: AR steps are never budgeted
             res = forward_block(
                 target, layout, cache, torch.tensor([block_tokens], device=device), qpos, kpos, vis, hidden=bool(feats)
             )
+            if expert_budget is not None:
+                budget.active = False
             routes = cap.take()
             counts = expert_counts(routes, info.num_experts)  # [L, N]: this pass's load, and its unique experts
             load += counts
