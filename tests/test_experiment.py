@@ -63,14 +63,19 @@ def test_every_experiment_preset_composes(experiment):
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("method", METHODS)
 def test_every_model_method_pair_composes_and_validates_or_says_why(model, method):
-    cfg = _compose(f"model={model}", f"method={method}")
+    budget = ["expert_budget=8"] if method in ("moespec", "ecospec_moespec") else []  # the budgeted methods need one
+    cfg = _compose(f"model={model}", f"method={method}", *budget)
     try:
         validate(cfg)
     except ConfigError as e:
         msg = str(e)
         assert "\n" not in msg and ("=" in msg)
         # the only refusals: a drafter the model lacks, or a predictor checkpoint that is not set
-        assert ("needs a" in msg and "drafter" in msg) or "needs a trained expert predictor" in msg, msg
+        assert (
+            ("needs a" in msg and "drafter" in msg)
+            or "needs a trained expert predictor" in msg
+            or "needs a GTO-trained EAGLE-3 head" in msg
+        ), msg
     else:
         assert not (model == "deepseek" and method == "eagle3")
 
@@ -119,6 +124,9 @@ def test_cell_identity_ignores_execution_knobs():
     )
     assert cell_id(_compose(*FAST, "batch_size=4", "batch_buffer=batch")) != cell_id(b4)
     assert cell_name(a).startswith("tiny_random-ecospec-humaneval-T0-g4-d3-k2-b1-s0-")
+    # a drafter the cell does not use (here a new one added to the model config) does not rename it
+    assert cell_id(_compose(*FAST, "+model.drafters.other={path: /x}")) == cell_id(a)
+    assert cell_id(_compose(*FAST, "model.drafters.draft_model.path=/x")) != cell_id(a)  # the one it uses does
     assert set(CELL_KEYS) >= {"model", "method", "dataset", "temperature", "gamma", "batch_size", "seed"}
 
 
@@ -422,3 +430,26 @@ def test_batched_cell_resumes_whole_batches(cell, monkeypatch):
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
     assert len(rec["batches"]) == 2 and rec["summary"]["matches_ar"] == 1.0
+
+
+def test_moespec_cells_measure_the_quality_they_give_up(cell):
+    """method=moespec: expert_budget is required and is part of the cell; at B = N the outputs are AR's (error rate
+    0), at B = k every verify pass loads at most k experts and the record says how far the outputs moved."""
+    with pytest.raises(ConfigError, match="expert_budget=None: method=moespec caps the experts"):
+        validate(_compose(*FAST, "method=moespec"))
+    with pytest.raises(ConfigError, match="expert_budget=8: only method=moespec"):
+        validate(_compose(*FAST, "method=ecospec", "expert_budget=8"))
+    with pytest.raises(ConfigError, match="expert_budget=2: must be >= the model's top-k \\(4\\)"):
+        validate(_compose(*FAST, "method=moespec", "expert_budget=2"))
+    full, full_dir = cell("method=moespec", "expert_budget=16")  # tiny_random: qwen3_moe-b, N = 16, k = 4
+    rec = run_cell(full, full_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    s = rec["summary"]
+    assert s["matches_ar"] == 1.0 and s["budget_error_rate"] == 0.0 and s["first_divergence"] == 8
+    assert "-eb16-" in cell_name(full)
+    tight, tight_dir = cell("method=moespec", "expert_budget=4", "budget_policy=substitute")
+    rec = run_cell(tight, tight_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    s = rec["summary"]
+    assert max(s["experts_by_layer"]) <= 4 and 0.0 <= s["budget_error_rate"] <= 1.0
+    assert cell_id(tight) != cell_id(full)

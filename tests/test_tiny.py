@@ -224,7 +224,9 @@ def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     first = tiny_build.build("micro", progress=False, threads=1)
     root = tmp_path / f"tiny-{tiny_build.version('micro')}"
     assert first["root"] == str(root) and tiny_build.paths("micro")["root"] == root
-    assert [s["status"] for s in first["stages"].values()] == ["built"] * len(tiny_build.STAGES)
+    default = [st.name for st in tiny_build.STAGES if not st.optional]
+    assert list(first["stages"]) == default and "gto" not in default  # optional stages only on request
+    assert [s["status"] for s in first["stages"].values()] == ["built"] * len(default)
     for name in ("corpus", "target", "drafter", "traces", "predictor", "evaluate"):
         done = json.loads((root / name / "done.json").read_text())
         assert done["stage"] == name and done["seconds"] >= 0
@@ -239,9 +241,13 @@ def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     t0 = time.perf_counter()
     second = tiny_build.build("micro", progress=False, threads=1)
     assert time.perf_counter() - t0 < 5
-    assert [s["status"] for s in second["stages"].values()] == ["cached"] * len(tiny_build.STAGES)
+    assert [s["status"] for s in second["stages"].values()] == ["cached"] * len(default)
     assert second["stages"]["target"]["metrics"] == target_metrics
     assert not list(root.glob(".*tmp*"))
+    gto = tiny_build.build("micro", until="gto", progress=False, threads=1)  # the optional stage, on request
+    assert gto["stages"]["gto"]["status"] == "built" and gto["stages"]["target"]["status"] == "cached"
+    assert (root / "gto" / "head" / "config.json").exists()
+    assert tiny_build.build("micro", until="gto", progress=False)["stages"]["gto"]["status"] == "cached"
 
     p = tiny_build.paths("micro")
     assert AutoTokenizer.from_pretrained(p["tokenizer"]).bos_token_id == BOS_ID

@@ -18,7 +18,16 @@ from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.components import Components, load_components
 from ecospec.experiment.job import run_job
-from ecospec.experiment.metrics import batch_row, expert_load, prompt_row, public_row, step_traces, summarize
+from ecospec.experiment.metrics import (
+    batch_row,
+    expert_load,
+    prompt_row,
+    public_row,
+    quality_summary,
+    replay_quality,
+    step_traces,
+    summarize,
+)
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.models import moe_info
 from ecospec.parallel import env_rank
@@ -45,9 +54,12 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
                 selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
                 depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
                 max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
+                **_budget(cfg, method),
             )  # fmt: skip
             seconds = time.perf_counter() - t0
             row = prompt_row(p.id, turn, len(ids), res, seconds, not ar and comp.predictor == "oracle")
+            if cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
+                row.update(replay_quality(comp.target, ids, row["tokens"]))
             if not ar and trace_left > 0:
                 row["trace"] = [asdict(st.trace) for st in res.steps[:trace_left]]
             progress.add(key, row)
@@ -72,6 +84,13 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, in
         if interleave_ar:
             ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
     return rows, ar_rows
+
+
+def _budget(cfg: dict, method: dict) -> dict:
+    """generate()'s expert-budget arguments: MoE-Spec's methods only (never AR, the full target)."""
+    if not method.get("budgeted"):
+        return {}
+    return {"expert_budget": cfg["expert_budget"], "budget_policy": cfg.get("budget_policy") or "truncate"}
 
 
 def batch_schedule(prompts, size: int):
@@ -102,7 +121,7 @@ def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress:
         comp.target, ids, drafter=None if ar else comp.drafter, selector=method["selector"],
         predictor=None if ar else comp.predictor, gamma=cfg["gamma"], depth=cfg["depth"], topk=cfg["topk"],
         temperature=cfg["temperature"], top_p=cfg["top_p"], max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
-        trace=not ar and trace_left > 0, batch_buffer=cfg.get("batch_buffer") or "sequence",
+        trace=not ar and trace_left > 0, batch_buffer=cfg.get("batch_buffer") or "sequence", **_budget(cfg, method),
     )  # fmt: skip
     seconds = time.perf_counter() - t0
     brow = batch_row(n, keys, res, seconds, not ar and comp.predictor == "oracle")
@@ -110,6 +129,8 @@ def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress:
     for (i, t), key, r in zip(batch, keys, res.results, strict=True):
         row = prompt_row(prompts[i].id, t, len(ids[len(rows)]), r, brow["seconds"] / len(batch), False)
         row.update(batch=n, batch_size=len(batch))
+        if cfg.get("expert_budget") is not None:
+            row.update(replay_quality(comp.target, ids[len(rows)], row["tokens"]))
         if not ar and trace_left > 0:
             row["trace"] = [asdict(st.trace) for st in r.steps[:trace_left]]
             trace_left -= len(row["trace"])
@@ -180,6 +201,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         "tokens_per_s": summary["tokens_per_s"],
         "t_step_s": summary["t_step_s"],
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
+        "loglik": {f"{r['id']}/{r['turn']}": r["loglik"] for r in rows if "loglik" in r},  # budgeted cells
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
     }
     if env_rank() == 0:  # one writer: the other ranks computed the same record
@@ -195,6 +217,8 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] 
     s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None
     # paper Table 8: AR step time / verify-pass time at the same batch size
     s["rho"] = ar["t_step_s"] / s["t_verify_s"] if ar.get("t_step_s") and s.get("t_verify_s") else None
+    if cfg.get("expert_budget") is not None:
+        s.update(quality_summary(rows, ar, cfg["temperature"]))
     if cfg["temperature"] == 0:
         same = [r["tokens"] == ar["outputs"].get(f"{r['id']}/{r['turn']}") for r in rows]
         s["matches_ar"] = sum(same) / len(same)

@@ -40,6 +40,8 @@ CELL_KEYS = (
     "topk",
     "batch_size",
     "batch_buffer",  # sequence | batch (EcoSpec's expert buffer at B > 1); identity only when it changes something
+    "expert_budget",  # MoE-Spec's cap (budgeted methods); with budget_policy, identity only when set
+    "budget_policy",
     "max_new_tokens",
     "num_prompts",
     "seed",
@@ -74,11 +76,19 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
     # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
     out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
+    # only the drafter the cell uses identifies it: a drafter added to a model config must not rename its cells
+    used = out["method"].get("drafter")
+    used = out["model"].get("default_drafter") if used == "default" else used
+    if isinstance(out["model"].get("drafters"), dict):
+        out["model"]["drafters"] = {k: v for k, v in out["model"]["drafters"].items() if k == used}
     if out["model"].get("parallel") in (None, "device_map"):  # one process: what every cell did before the knob
         out["model"].pop("parallel", None)
     # the per-sequence buffer, and any buffer at batch size 1, is what every cell did before the knob existed
     if out.get("batch_buffer") in (None, "sequence") or out.get("batch_size") == 1:
         out.pop("batch_buffer")
+    if out.get("expert_budget") is None:
+        out.pop("expert_budget")
+        out.pop("budget_policy")
     return out
 
 
@@ -153,6 +163,8 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
     c = cell_config(cfg)
     head = "-".join([c["model"]["name"], c["method"]["name"], c["dataset"]["name"]])
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
+    if c.get("expert_budget") is not None:
+        knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
     return f"{head}-{knobs}-{cell_id(cfg)[:6]}"
 
 
@@ -374,6 +386,38 @@ def validate_parallel(d: Mapping) -> None:
         raise _bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
 
 
+def _validate_budget(d: Mapping) -> None:
+    """MoE-Spec's knobs: a budgeted method needs expert_budget (no default), others must not set it."""
+    budget, method = d.get("expert_budget"), d["method"]
+    if method.get("budgeted"):
+        if budget is None:
+            raise _bad("expert_budget", None, f"method={method['name']} caps the experts of every verify pass: set "
+                       "expert_budget=<experts per MoE layer> (e.g. 8)")  # fmt: skip
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise _bad("expert_budget", budget, "must be an integer >= the model's top-k")
+        family = model_family(d["model"])
+        top_k = _family_top_k(d["model"]) if family else None
+        if top_k and budget < top_k:
+            raise _bad("expert_budget", budget, f"must be >= the model's top-k ({top_k}): a token needs k experts")
+    elif budget is not None:
+        raise _bad("expert_budget", budget, "only method=moespec|ecospec_moespec take a budget (lossy methods)")
+    if d.get("budget_policy", "truncate") not in ("truncate", "substitute"):
+        raise _bad("budget_policy", d.get("budget_policy"), "allowed: truncate, substitute")
+
+
+def _family_top_k(model: Mapping) -> int | None:
+    """The target's top-k from its config alone (tiny recipe, random preset or facts.hf_config)."""
+    if model.get("source") == "tiny":
+        from ecospec.tiny.build import get_budget
+
+        return get_budget(model.get("budget", "full")).target.top_k
+    if model.get("source") == "random":
+        from ecospec.models.presets import PRESETS
+
+        return (PRESETS.get(model.get("preset")) or {}).get("num_experts_per_tok")
+    return ((model.get("facts") or {}).get("hf_config") or {}).get("num_experts_per_tok")
+
+
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
@@ -398,6 +442,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
         raise _bad("trace_steps", ts, "must be an integer >= 0 (verify passes whose routes the record keeps)")
     if not isinstance(d.get("seed"), int):
         raise _bad("seed", d.get("seed"), "must be an integer")
+    _validate_budget(d)
 
     model, method, dataset = d["model"], d["method"], d["dataset"]
     _validate_model(model)

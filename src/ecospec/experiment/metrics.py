@@ -14,6 +14,8 @@ degenerates.
 
 from __future__ import annotations
 
+import torch
+
 from ecospec.engine.records import GenerateResult
 
 PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total")
@@ -144,4 +146,45 @@ def public_row(row: dict) -> dict:
     """A prompt row as stored in result.json: per-layer means instead of sums, no per-prompt load."""
     out = {k: v for k, v in row.items() if k not in ("experts_sum", "expert_load", "trace")}
     out["experts_by_layer"] = [x / row["steps"] for x in row["experts_sum"]] if row["steps"] else []
+    return out
+
+
+@torch.no_grad()
+def replay_quality(target, prompt_ids: list[int], tokens: list[int]) -> dict:
+    """How a lossy (budgeted) generation compares with the full target, from one unbudgeted forward over the
+    committed sequence (not timed): `budget_errors`, the committed tokens the full target's greedy choice at that
+    position is not; `loglik`, their summed log-probability under the full target (temperature 1)."""
+    if not tokens:
+        return {"budget_errors": 0, "loglik": 0.0}
+    seq = torch.tensor([list(prompt_ids) + list(tokens)], device=target.device)
+    logits = target(seq[:, :-1]).logits[0, len(prompt_ids) - 1 :].float()
+    got = torch.tensor(tokens, device=logits.device)
+    logp = torch.log_softmax(logits, dim=-1).gather(1, got[:, None])[:, 0]
+    return {"budget_errors": int((logits.argmax(-1) != got).sum()), "loglik": float(logp.sum())}
+
+
+def first_divergence(a: list[int], b: list[int]) -> int:
+    """The first position where two outputs differ; the shorter length when one is the other's prefix, so a prompt
+    that never diverges counts its whole length."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def quality_summary(rows: list[dict], ar: dict, temperature: float) -> dict:
+    """A budgeted cell's quality (MoE-Spec is lossy): greedy: budget_error_rate (share of committed tokens the full
+    target would not have produced there) and the mean first divergence from AR; sampling: the mean per-token
+    log-likelihood under the full target beside AR's own."""
+    tokens = sum(r["n_tokens"] for r in rows)
+    out = {"budget_error_rate": _ratio(sum(r.get("budget_errors", 0) for r in rows), tokens)}
+    outs = ar.get("outputs") or {}
+    div = [first_divergence(r["tokens"], outs.get(f"{r['id']}/{r['turn']}", [])) for r in rows]
+    out["first_divergence"] = sum(div) / len(div) if div else None
+    out["loglik_per_token"] = _ratio(sum(r.get("loglik", 0.0) for r in rows), tokens)
+    ar_ll = ar.get("loglik") or {}
+    if temperature > 0 and ar_ll:
+        ar_tokens = sum(len(outs.get(k, [])) for k in ar_ll)
+        out["ar_loglik_per_token"] = _ratio(sum(ar_ll.values()), ar_tokens)
+    if temperature == 0:
+        out.pop("loglik_per_token")
+    else:
+        out.pop("budget_error_rate")
     return out
