@@ -32,8 +32,8 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "gto", "predictor", "table1", "table10", "table11_12", "table4", "table5", "table6_7", "table8", "table9",
-        "tiny_repro", "traces",
+        "gto", "moespec", "moespec_deepseek", "moespec_gptoss", "moespec_qwen3", "predictor", "table1", "table10",
+        "table11_12", "table4", "table5", "table6_7", "table8", "table9", "tiny_repro", "traces",
     ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
@@ -131,9 +131,9 @@ def test_cell_identity_ignores_execution_knobs():
 
 
 def test_grid_sweeper_runs_the_union_of_tables_once():
-    from hydra_plugins.ecospec_grid_sweeper import GridSweeper
-
     cfg = _compose("experiment=tiny_repro", hydra=True)
+    from hydra_plugins.ecospec_grid_sweeper import GridSweeper  # after Hydra's plugin scan, which reloads its base
+
     sweeper = GridSweeper(grids=OmegaConf.to_container(cfg.hydra.sweeper.grids))
     jobs = sweeper.jobs([])
     keys = [tuple(sorted(j)) for j in jobs]
@@ -142,10 +142,31 @@ def test_grid_sweeper_runs_the_union_of_tables_once():
     # and the batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
     # Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's gamma-4 cells in
     # Table 11-12, are listed twice and skipped by their ok record the second time.)
-    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8 + 8  # + Table 5: gto, gto_ecospec x 4
+    # + Table 5: gto, gto_ecospec x 4; + MoE-Spec: 6 budgets x 4 and EcoSpec + MoE-Spec 3 budgets x 4
+    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8 + 8 + 24 + 12
     assert sum("method=oracle" in j for j in jobs) == 2
     narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
     assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)
+
+
+@pytest.mark.parametrize("preset", ["moespec", "moespec_qwen3", "moespec_gptoss", "moespec_deepseek"])
+def test_moespec_presets_sweep_budgets_that_validate(preset):
+    """Every cell of each MoE-Spec preset composes and validates (budgets between the model's top-k and N)."""
+    cfg = _compose(f"experiment={preset}", hydra=True)
+    from hydra_plugins.ecospec_grid_sweeper import GridSweeper  # after Hydra's plugin scan, which reloads its base
+
+    jobs = GridSweeper(grids=OmegaConf.to_container(cfg.hydra.sweeper.grids)).jobs([])
+    budgets = set()
+    for job in jobs:
+        extra = [] if preset == "moespec" else ["model.predictor.checkpoints.final=/some/dir"]
+        c = _compose(f"experiment={preset}", *job, *extra)
+        validate(c)
+        if c.expert_budget is not None:
+            budgets.add(c.expert_budget)
+            assert c.method.budgeted and cell_name(c).split("-")[-2].startswith("eb")
+    assert len(budgets) >= 5 and any(j for j in jobs if "method=ecospec" in j)
+    if preset == "moespec":
+        assert budgets == {4, 6, 8, 12, 16, 32}
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -453,3 +474,10 @@ def test_moespec_cells_measure_the_quality_they_give_up(cell):
     s = rec["summary"]
     assert max(s["experts_by_layer"]) <= 4 and 0.0 <= s["budget_error_rate"] <= 1.0
     assert cell_id(tight) != cell_id(full)
+    # the records as `make tables` reads them: the MoE-Spec table has both budgets, labelled by policy
+    from ecospec.report.records import load_records
+    from ecospec.report.tables import table_moespec
+
+    t = table_moespec(load_records([full_dir, tight_dir]).frame)
+    assert list(zip(t["Method"], t["Budget"], strict=True)) == [("MoE-Spec", "B=16"), ("MoE-Spec (substitute)", "B=4")]
+    assert t["E"].iloc[1] <= 4 and t["budget_error_rate"].iloc[0] == 0.0

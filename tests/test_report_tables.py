@@ -32,7 +32,7 @@ BENCH = ["GSM8K", "HumanEval", "AIME25", "MATH500", "AMC22-24", "MT-Bench", "MMS
 
 @pytest.fixture(scope="module")
 def recs() -> list[dict]:
-    """Two rounds of the synthetic grid (818 cells): every cell has an ok record (failures never hit both)."""
+    """Two rounds of the synthetic grid (842 cells): every cell has an ok record (failures never hit both)."""
     return synthetic_records(1700, seed=0)
 
 
@@ -113,10 +113,37 @@ def test_table_shapes(frame, defaults):
 def test_every_table_builds(frame, defaults, costs):
     tables, missing = build_tables(frame, defaults, costs)
     assert missing == []
-    assert [t.name for t in tables] == [s.name for s in SPECS] + ["table13_models", "modeled"]
-    modeled = tables[-1]
+    assert [t.name for t in tables] == [s.name for s in SPECS] + ["table13_models", "modeled", "moespec"]
+    modeled = tables[-2]
     assert "*modeled*" in modeled.title and "B200: none" in modeled.note
     assert {"H100 speedup", "H200 t_verify_ms", "B200 t_step_ms"} <= set(modeled.frame.columns)
+
+
+def test_moespec_table_sets_budgets_beside_the_lossless_methods(frame, defaults, costs, tmp_path):
+    """Budgeted cells (MoE-Spec, lossy) are the MoE-Spec table's only: never in Tables 1 or 9; their rows sit beside
+    the model's unbudgeted EAGLE-3 and EcoSpec on the same benchmarks, with E <= B and the modeled GPU speedups."""
+    from ecospec.report.pareto import write_pareto_figures
+    from ecospec.report.tables import cells09, table_moespec
+
+    assert not set(table01_main(frame, defaults)["Method"]) & {"MoE-Spec", "EcoSpec + MoE-Spec"}
+    assert cells09(frame, defaults)["expert_budget"].isna().all()
+    t = table_moespec(frame, costs, None, defaults)
+    assert list(t.columns[:5]) == ["Model", "T", "Method", "Budget", "Source"]
+    assert set(t["Model"]) == {"Qwen3-235B-A22B", "tiny"}
+    qwen = t[t["Model"] == "Qwen3-235B-A22B"]
+    assert list(qwen["Method"][:2]) == ["EAGLE-3", "EcoSpec"] and set(qwen["Budget"][:2]) == {"—"}
+    capped = qwen[qwen["Budget"] != "—"]
+    assert set(capped["Budget"]) == {"B=16", "B=32", "B=64"} and len(capped) == 6
+    assert (capped["E"] <= capped["Budget"].str[2:].astype(float) + 1e-9).all()
+    assert (qwen.loc[qwen["Budget"] == "—", "budget_error_rate"] == 0).all()
+    tight = capped[capped["Budget"] == "B=16"]
+    assert (tight["budget_error_rate"] > 0).all() and (tight["matches_ar"] < 1).all()
+    assert {"H100 speedup (modeled)", "H200 speedup (modeled)", "B200 speedup (modeled)"} <= set(t.columns)
+    # the figure: one per model with budgeted greedy rows; a later build without them removes its files
+    infos = write_pareto_figures(t, None, tmp_path)
+    assert [i.name for i in infos] == ["fig_moespec_pareto_Qwen3-235B-A22B", "fig_moespec_pareto_tiny"]
+    assert all(p.exists() and p.stat().st_size > 0 for i in infos for p in i.files)
+    assert write_pareto_figures(t[t["Budget"] == "—"], None, tmp_path) == [] and not list(tmp_path.glob("fig_*"))
 
 
 def test_average_is_the_mean_over_the_benchmarks_present(recs):
@@ -165,7 +192,8 @@ def test_paper_values_beside_ours_tables_2_and_3(frame, defaults):
     assert t3.loc[t3["Source"] == "paper", ["E", "t_step_s", "alpha", "speedup"]].notna().all().all()
     assert (t3["Source"] == "paper").sum() == paper["row_label"].nunique()  # every row of the paper's Table 3
     assert eco.iloc[0]["E"] == pytest.approx(
-        frame.query("model == 'qwen3' and method == 'ecospec' and temperature == 0 and gamma == 4 and batch_size == 1"
+        frame.query("status == 'ok' and model == 'qwen3' and method == 'ecospec' and temperature == 0 and gamma == 4"
+                    " and batch_size == 1"
                     " and predictor_checkpoint == 'final' and drafter_path.str.startswith('RedHat')")
         .sort_values("finished").drop_duplicates("dataset", keep="last")["E"].mean()
     )  # fmt: skip
@@ -179,7 +207,7 @@ def test_paper_values_beside_ours_tables_2_and_3(frame, defaults):
 
 def test_latex_booktabs_and_csv_round_trip(frame, defaults, costs, tmp_path):
     tables, _ = build_tables(frame, defaults, costs)
-    assert len(tables) == len(SPECS) + 2
+    assert len(tables) == len(SPECS) + 3  # + Table 13, modeled, MoE-Spec
     for t in tables:
         tex = to_latex(t)
         assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex and "—" not in tex

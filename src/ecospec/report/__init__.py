@@ -1,6 +1,7 @@
 """Tables and figures from result records (`make tables`): the EcoSpec paper's Tables 1-13 with the paper's
-values beside ours, modeled GPU numbers, the overlap paper's routing, acceptance and target-efficiency tables
-(`routing.py`), the figures, and an index `README.md` of what came from which sweeps.
+values beside ours, modeled GPU numbers, the MoE-Spec comparison (table and `pareto.py`'s figure), the overlap
+paper's routing, acceptance and target-efficiency tables (`routing.py`), the figures, and an index `README.md` of
+what came from which sweeps.
 
 `report/` reads result files only, never models (DESIGN.md "Data flows one way").
 """
@@ -13,12 +14,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import TABLE_NAMES, build_routing
 from ecospec.report.tables import SPECS, build_tables, fit_overheads
 from ecospec.report.write import write_index, write_table
 
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", *TABLE_NAMES]  # files a build rewrites or removes
+# files a build rewrites or removes
+MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES]
 
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
@@ -94,7 +97,9 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
         if name not in built:
             for ext in ("md", "tex", "csv"):
                 (out / f"{name}.{ext}").unlink(missing_ok=True)
-    figures = figures_job() + routing_figures
+    moespec = next((t for t in tables if t.name == "moespec"), None)
+    pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
+    figures = figures_job() + routing_figures + pareto
     written += [Path(p) for f in figures for p in f.files]
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

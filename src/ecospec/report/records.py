@@ -3,14 +3,14 @@ metrics, so the index can count them). A corrupt or partial file is skipped with
 
 Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
-max_new_tokens, num_prompts, split, seed), batch_buffer ("sequence" at B = 1), selector, drafter (the kind
-used: `default` resolved to the model's), drafter_path, predictor_checkpoint (learned predictors only),
-hardware, device, the summary metrics (alpha, E = experts_per_layer, experts_by_layer, t_pred_s, t_draft_s,
-t_select_s, t_verify_s, t_step_s, tokens, steps, tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup,
-matches_ar, hbm_bytes_per_verify, predictor_accuracy, top_k, num_experts, num_moe_layers, rho, passes,
-ar_experts_per_layer),
-expert_load ([MoE layers, N] int64 array or None) and trace (the record's verify-pass traces, a list of
-dicts, or None; `analysis.traces` reads them).
+max_new_tokens, num_prompts, split, seed, expert_budget), batch_buffer ("sequence" at B = 1), budget_policy (None
+without a budget), selector, drafter (the kind used: `default` resolved to the model's), drafter_path,
+predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha, E =
+experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens, steps,
+tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify, predictor_accuracy, top_k,
+num_experts, num_moe_layers, rho, passes, ar_experts_per_layer; budgeted cells also budget_error_rate,
+first_divergence, loglik_per_token, ar_loglik_per_token), expert_load ([MoE layers, N] int64 array or None) and
+trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them).
 """
 
 from __future__ import annotations
@@ -29,16 +29,18 @@ from ecospec.experiment.records import RESULT, SCHEMA
 
 AXES = (
     "temperature", "top_p", "gamma", "depth", "topk", "batch_size", "max_new_tokens", "num_prompts", "split", "seed",
+    "expert_budget",
 )  # fmt: skip
 SUMMARY = (
     "alpha", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s", "tokens",
     "steps", "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
     "predictor_accuracy", "top_k", "num_experts", "num_moe_layers", "rho", "passes",
-    "ar_experts_per_layer",
+    "ar_experts_per_layer", "budget_error_rate", "first_divergence", "loglik_per_token", "ar_loglik_per_token",
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
-    "batch_buffer", "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware", "device", "alpha", "E",
+    "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware",
+    "device", "alpha", "E",
     *SUMMARY[1:], "expert_load", "trace",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
@@ -157,6 +159,8 @@ def _row(rec: dict, path: Path) -> dict:
         "split": cfg.get("split") or "all",  # records from before the split knob ran on every prompt
         # EcoSpec's expert buffer at B > 1: one per sequence (the paper; every record before the knob) or one shared
         "batch_buffer": (cfg.get("batch_buffer") or "sequence") if (cfg.get("batch_size") or 1) > 1 else "sequence",
+        # MoE-Spec's cap: the policy only where a budget is set (the knob's default rides along elsewhere)
+        "budget_policy": (cfg.get("budget_policy") or "truncate") if cfg.get("expert_budget") is not None else None,
         "selector": method.get("selector"),
         "drafter": drafter,
         "drafter_path": drafter_cfg.get("path"),

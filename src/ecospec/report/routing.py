@@ -142,8 +142,10 @@ def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
 
 def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = None) -> RoutingData:
     """Routing sources of every model with traced ok SD records or a tiny build with traces, and the drafted tokens
-    of every traced record."""
+    of every traced record. Budgeted records (MoE-Spec's cap re-routes tokens) are not the target's routing."""
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame.iloc[0:0]
+    if "expert_budget" in ok:
+        ok = ok[ok["expert_budget"].isna()]
     traced = ok[ok["trace"].map(_has_trace)] if "trace" in ok else ok.iloc[0:0]
     data = RoutingData(traced=traced.drop(columns=["trace", "expert_load"], errors="ignore"))
     if len(traced):

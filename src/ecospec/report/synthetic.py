@@ -3,8 +3,8 @@ report benchmark (`benchmarks/report_bench.py`). The numbers are made up around 
 
 The grid: each paper model (qwen3, gptoss, deepseek) and the tiny model, with their conf/model configs, over
 the sweeps of the paper's tables: Table 1 (AR, baseline, EcoSpec x 7 benchmarks x T 0/1), 4 (global cost), 9
-(predictor checkpoints acc50/acc60/final), 10 (oracle), 11-12 (γ 3-6), batch sizes 1/2/4/8 (the engine runs
-only 1; synthetic only), and another drafter checkpoint (GTO) with and without EcoSpec. Past the grid, reruns
+(predictor checkpoints acc50/acc60/final), 10 (oracle), 11-12 (γ 3-6), batch sizes 1/2/4/8, another drafter
+checkpoint (GTO) with and without EcoSpec, and MoE-Spec's expert budgets (qwen3 and tiny). Past the grid, reruns
 follow (new seeds, later sweeps, later times), and about 2 % of the records are failed cells. The tiny model's
 SD cells of the first Table 1 round carry small verify-pass traces (`record["trace"]`, for the routing tables).
 """
@@ -31,7 +31,16 @@ METHODS = {  # conf/method/*.yaml
     "ecospec": {"name": "ecospec", "drafter": "default", "selector": "ecospec", "predictor": "learned"},
     "global_cost": {"name": "global_cost", "drafter": "default", "selector": "global_cost", "predictor": "learned"},
     "oracle": {"name": "oracle", "drafter": "default", "selector": "oracle", "predictor": "oracle"},
+    "moespec": {"name": "moespec", "drafter": "default", "selector": "confidence", "predictor": None, "budgeted": True},
+    "ecospec_moespec": {
+        "name": "ecospec_moespec",
+        "drafter": "default",
+        "selector": "ecospec",
+        "predictor": "learned",
+        "budgeted": True,
+    },
 }
+BUDGETS = {"qwen3": (16, 32, 64), "tiny": (4, 8, 16)}  # MoE-Spec cells (expert budgets) after the paper's grid
 # model -> (baseline E, EcoSpec E, baseline α, EcoSpec α, AR s per token, baseline T_verify s, T_draft s)
 PAPERISH = {
     "qwen3": (23.7, 20.5, 2.41, 2.32, 0.490, 0.832, 0.008),
@@ -76,6 +85,11 @@ def _grid() -> list[dict]:
                               "ckpt": ckpt})  # fmt: skip
             for method in ("oracle", "ecospec"):
                 cells.append({"experiment": "table10", "model": model, "method": method, "dataset": ds})
+    for model, budgets in BUDGETS.items():
+        for ds in ("gsm8k", "humaneval"):
+            for method in ("moespec", "ecospec_moespec"):
+                for b in budgets:
+                    cells.append({"experiment": "moespec", "model": model, "method": method, "dataset": ds, "EB": b})
     return cells
 
 
@@ -107,6 +121,7 @@ def _config(c: dict, seed: int) -> dict:
         "max_new_tokens": 64 if c["model"] == "tiny" else 512,
         "num_prompts": 8 if c["model"] == "tiny" else 100,
         "seed": seed,
+        **({"expert_budget": c["EB"], "budget_policy": "truncate"} if "EB" in c else {}),
     }
 
 
@@ -130,6 +145,9 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
             e, alpha = e * (1.08 if c["ckpt"] == "acc50" else 1.04), alpha * 0.97
         if c.get("gto"):
             alpha = alpha * 1.12
+        if "EB" in c:  # the cap: E at most B, acceptance falls as the cap bites
+            bite = max(0.0, 1.0 - c["EB"] / e)
+            e, alpha = min(e, c["EB"]), alpha * (1.0 - 0.3 * bite)
         t_verify = tv_base * (e / e_base) ** 0.6 * batch**0.3
         t_pred = 0.004 if eco and method != "oracle" else 0.0
         alpha, e, t_verify = alpha * noise(), min(e * noise(), cost.num_experts), t_verify * noise()
@@ -139,7 +157,8 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
     steps = int(cfg["num_prompts"] * cfg["max_new_tokens"] / alpha)
     tokens = int(steps * alpha)
     tps, ar_tps = alpha / t_step, 1.0 / ar_t_step
-    by_layer = rng.normal(e, 0.0 if method == "ar" else 0.1 * e, cost.moe_layers).clip(k, cost.num_experts)
+    cap = min(c.get("EB", cost.num_experts), cost.num_experts)  # a budgeted pass activates at most B experts
+    by_layer = rng.normal(min(e, cap), 0.0 if method == "ar" else 0.1 * e, cost.moe_layers).clip(k, cap)
     return {
         "alpha": alpha,
         "experts_per_layer": float(by_layer.mean()),
@@ -165,7 +184,18 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
         "top_k": k,
         "num_experts": cost.num_experts,
         "num_moe_layers": cost.moe_layers,
+        **({} if "EB" not in c else _quality(c, e_base))
     }  # fmt: skip
+
+
+def _quality(c: dict, e_free: float) -> dict:
+    """A budgeted cell's quality vs AR, worse the more the cap bites."""
+    bite = max(0.0, 1.0 - c["EB"] / e_free)
+    return {
+        "budget_error_rate": 0.08 * bite,
+        "matches_ar": max(0.0, 1.0 - 1.5 * bite),
+        "first_divergence": 64 * (1 - bite),
+    }
 
 
 def _prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:

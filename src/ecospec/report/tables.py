@@ -37,7 +37,7 @@ LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ"
           "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
 # a table frame's row-label columns (with those of the overlap paper's tables, report/routing.py); the others hold
 # values
-LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Dataset", "Depth", "Layer"}
+LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Budget", "Dataset", "Depth", "Layer"}
 
 
 def model_label(name: str) -> str:
@@ -102,8 +102,11 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     )
     df["std_drafter"] = same_path | df["drafter"].isna()
     df["std_predictor"] = same_pred
+    # MoE-Spec's expert cap (lossy) makes a cell the MoE-Spec table's own, never a standard one
+    budget = df["expert_budget"] if "expert_budget" in df else pd.Series(np.nan, index=df.index)
+    df["budgeted"] = budget.notna()
     # a GTO-trained head is Table 5's own drafter, never a model's standard one
-    df["standard"] = df["std_drafter"] & df["std_predictor"] & (df["drafter"] != "gto")
+    df["standard"] = df["std_drafter"] & df["std_predictor"] & (df["drafter"] != "gto") & ~df["budgeted"]
     drafter = df["drafter"].map(lambda k: DRAFTERS.get(k, k))
     base = df["role"] == "baseline"
     df["label"] = df["role"].map(ROLES).where(~base, drafter)
@@ -114,6 +117,12 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     shared = df["batch_buffer"].fillna("sequence").eq("batch") & df["role"].isin(["ecospec", "oracle"])
     df.loc[shared, "label"] = df["label"] + " (batch buffer)"
     df.loc[shared, "paper_method"] = df["role"] + "_batch_buffer"
+    capped = df["budgeted"] & df["role"].isin(["baseline", "ecospec"])
+    df.loc[capped, "label"] = df["role"].map({"baseline": "MoE-Spec", "ecospec": "EcoSpec + MoE-Spec"})
+    df.loc[capped, "paper_method"] = df["role"].map({"baseline": "moespec", "ecospec": "ecospec_moespec"})
+    policy = df["budget_policy"] if "budget_policy" in df else pd.Series(None, index=df.index, dtype=object)
+    subst = capped & policy.eq("substitute")
+    df.loc[subst, "label"] = df["label"] + " (substitute)"
     df["_model_rank"] = _rank(df["model"], MODELS)
     df["_role_rank"] = _rank(df["role"], ROLES)
     df["Dataset"] = df["dataset"].map(lambda k: DATASETS.get(k, k))
@@ -301,7 +310,7 @@ def cells05(frame, defaults=None) -> pd.DataFrame:
     (confidence) and with EcoSpec, beside the model's own baseline and EcoSpec where those ran too."""
     df = prepare(frame, defaults)
     other = (df["drafter"] == "gto") | ~df["std_drafter"]
-    df = _at(df[df["std_predictor"] & df["role"].isin(["baseline", "ecospec"])])
+    df = _at(df[df["std_predictor"] & ~df["budgeted"] & df["role"].isin(["baseline", "ecospec"])])
     have = df[other.reindex(df.index, fill_value=False)]
     keys = have[["model", "temperature", "dataset"]].drop_duplicates()
     base = df[df["standard"]].merge(keys, on=["model", "temperature", "dataset"])
@@ -384,7 +393,7 @@ def table08_rho(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 
 def cells09(frame, defaults=None) -> pd.DataFrame:
     df = prepare(frame, defaults)
-    df = _at(df[df["std_drafter"] & (df["role"] == "ecospec")])
+    df = _at(df[df["std_drafter"] & ~df["budgeted"] & (df["role"] == "ecospec")])
     df = _newest(df, ["model", "temperature", "predictor_checkpoint", "dataset"])
     return df[df.groupby("model")["predictor_checkpoint"].transform("nunique") > 1]
 
@@ -511,6 +520,57 @@ def modeled(
         agg[f"{hw} speedup"] = [r["speedup"] for r in res]
     agg["model"] = agg["model"].map(model_label)
     return agg.rename(columns=LABELS)
+
+
+def cells_moespec(frame, defaults=None) -> pd.DataFrame:
+    """The MoE-Spec table's cells: budgeted baseline / EcoSpec cells (method moespec / ecospec_moespec) at the main
+    settings, and the unbudgeted standard baseline and EcoSpec on the same (model, T, benchmark) as references."""
+    df = prepare(frame, defaults)
+    df = _at(df[df["std_drafter"] & df["std_predictor"] & df["role"].isin(["baseline", "ecospec"])])
+    capped = df[df["budgeted"]]
+    keys = capped[["model", "temperature", "dataset"]].drop_duplicates()
+    ref = df[df["standard"]].merge(keys, on=["model", "temperature", "dataset"])
+    out = pd.concat([ref, capped], ignore_index=True)
+    return _newest(out, ["model", "temperature", "role", "drafter", "dataset", "expert_budget", "budget_policy"])
+
+
+MOESPEC_QUALITY = {0: ["budget_error_rate", "matches_ar", "first_divergence"],
+                   1: ["loglik_per_token", "ar_loglik_per_token", "matches_ar"]}  # fmt: skip
+
+
+def table_moespec(
+    frame: pd.DataFrame,
+    costs: Mapping[str, ModelCost] | None = None,
+    overheads: Mapping[tuple[str, str], tuple[float, int]] | None = None,
+    defaults=None,
+) -> pd.DataFrame:
+    """Speedup against quality per expert budget: per model × T × method × budget, the measured speedup, α and E
+    (mean over the benchmarks present), the roofline speedup on each GPU profile from that α and E, and quality vs
+    AR: greedy (T = 0) the budget error rate, matches_ar and the mean first divergence; T > 0 the mean per-token
+    log-likelihood under the unbudgeted target beside AR's. Unbudgeted rows (budget —) are lossless: error 0."""
+    cells = cells_moespec(frame, defaults).copy()
+    if cells.empty:
+        return pd.DataFrame()
+    cells["Budget"] = cells["expert_budget"].map(lambda b: "—" if pd.isna(b) else f"B={int(b)}")
+    cells["_budget"] = cells["expert_budget"].fillna(np.inf)
+    cells.loc[~cells["budgeted"] & (cells["temperature"] == 0), "budget_error_rate"] = 0.0
+    cells = cells.sort_values(["_model_rank", "model", "temperature", "_budget", "_role_rank", "label"],
+                              kind="stable", ascending=[True, True, True, False, True, True])  # fmt: skip
+    rows = ["model", "temperature", "label", "Budget"]
+    metrics = ["speedup", "alpha", "E", *dict.fromkeys(MOESPEC_QUALITY[0] + MOESPEC_QUALITY[1])]
+    metrics = [m for m in metrics if m in cells and cells[m].notna().any()]
+    agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
+    for hw in HARDWARE if costs else ():
+        over = overheads or {}
+        agg[f"{hw} speedup (modeled)"] = [
+            modeled_step(costs[m], a, e, hw, overhead_s=over.get((m, hw), (None, 0))[0] or 0.0)["speedup"]
+            if m in costs and a > 0 and pd.notna(e) else np.nan
+            for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
+        ]  # fmt: skip
+    agg["model"] = agg["model"].map(model_label)
+    agg = agg.rename(columns=LABELS).dropna(axis=1, how="all")
+    agg.insert(4, "Source", "ours")
+    return agg
 
 
 # -- the list of tables ------------------------------------------------------------------------------------------
@@ -657,6 +717,23 @@ def build_tables(
                             _modeled_note(used, overheads or {}), out, True, used))  # fmt: skip
     else:
         missing.append("Modeled")
+    out = table_moespec(df, costs, overheads, defaults)
+    if len(out):
+        used = cells_moespec(df, defaults)
+        note = (
+            "Lossless EcoSpec against MoE-Spec's verify-time expert cap (lossy; engine.budget): per budget B (top-B "
+            "experts per MoE layer by summed router score over the pass's tokens; — = no cap), measured speedup vs "
+            "AR / α / E, mean over the benchmarks present; `<GPU> speedup (modeled)`: the roofline model "
+            "(`analysis.cost.modeled_step`) at that α and E. Quality vs AR, from replaying each committed sequence "
+            "once through the uncapped target (not timed): greedy, budget_error_rate = share of committed tokens "
+            "the uncapped target would not have produced there, matches_ar = share of prompts identical to AR, "
+            "first_divergence = mean first differing position (a prompt that never diverges counts its length); "
+            "T > 0, the mean per-token log-likelihood of the committed tokens under the uncapped target beside AR's."
+        )
+        tables.append(Table("moespec", "MoE-Spec", "Speedup against quality: EcoSpec and MoE-Spec's expert budget",
+                            _note(note, "MoE-Spec", used, out, timed=True), out, False, used))  # fmt: skip
+    else:
+        missing.append("MoE-Spec")
     return tables, missing
 
 
