@@ -119,6 +119,24 @@ def test_every_table_builds(frame, defaults, costs):
     assert {"H100 speedup", "H200 t_verify_ms", "B200 t_step_ms"} <= set(modeled.frame.columns)
 
 
+def test_a_gto_head_at_the_default_path_is_table_5s_only(recs):
+    """The tiny model's GTO head has no path (the build's), like its EAGLE-3 head: its records still belong to Table 5
+    alone, never to Table 9's (or Table 1's) EcoSpec cells."""
+    from ecospec.report.tables import cells09, table05_drafters
+
+    base = next(r for r in recs if r["experiment"] == "table9" and r["config"]["model"]["name"] == "tiny"
+                and r["status"] == "ok" and r["config"]["model"]["predictor"]["checkpoint"] == "final")  # fmt: skip
+    gto = copy.deepcopy(base)
+    gto["config"]["method"] = {"name": "gto_ecospec", "drafter": "gto", "selector": "ecospec", "predictor": "learned"}
+    gto["config"]["model"]["drafters"]["gto"] = {"path": None, "layout": "eagle"}
+    gto["finished"] = "2027-01-01T00:00:00+00:00"  # newest: picked if it were a candidate
+    gto["summary"]["alpha"] = 9.0
+    frame = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate([*recs, gto])).frame
+    assert 9.0 not in set(cells09(frame)["alpha"]) and 9.0 not in set(table01_main(frame)["GSM8K alpha"].dropna())
+    t5 = table05_drafters(frame)
+    assert (t5.loc[t5["Method"] == "GTO + EcoSpec", "GSM8K alpha"] == 9.0).any()
+
+
 def test_moespec_table_sets_budgets_beside_the_lossless_methods(frame, defaults, costs, tmp_path):
     """Budgeted cells (MoE-Spec, lossy) are the MoE-Spec table's only: never in Tables 1 or 9; their rows sit beside
     the model's unbudgeted EAGLE-3 and EcoSpec on the same benchmarks, with E <= B and the modeled GPU speedups."""
@@ -138,7 +156,7 @@ def test_moespec_table_sets_budgets_beside_the_lossless_methods(frame, defaults,
     assert (qwen.loc[qwen["Budget"] == "—", "budget_error_rate"] == 0).all()
     tight = capped[capped["Budget"] == "B=16"]
     assert (tight["budget_error_rate"] > 0).all() and (tight["matches_ar"] < 1).all()
-    assert {"H100 speedup (modeled)", "H200 speedup (modeled)", "B200 speedup (modeled)"} <= set(t.columns)
+    assert {"modeled H100 speedup", "modeled H200 speedup", "modeled B200 speedup"} <= set(t.columns)
     # the figure: one per model with budgeted greedy rows; a later build without them removes its files
     infos = write_pareto_figures(t, None, tmp_path)
     assert [i.name for i in infos] == ["fig_moespec_pareto_Qwen3-235B-A22B", "fig_moespec_pareto_tiny"]

@@ -15,6 +15,7 @@ from ecospec.engine.sampling import target_probs
 from ecospec.models.loading import perturbed_copy, tiny_model
 
 VOCAB, RUNS = 12, 800
+CONTROL_RUNS = 250  # the biased rule fails at p ~ 1e-17 with 250 runs: no need for 800
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +43,10 @@ def pvalue(counts, expected):
     return chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue
 
 
-def sample_counts(target, ids, drafter, temperature, top_p):
+def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS):
     counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
     multi = 0
-    for seed in range(RUNS):
+    for seed in range(runs):
         res = ecospec.generate(
             target,
             ids,
@@ -72,8 +73,12 @@ def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
     counts, multi = sample_counts(target, ids, DraftModelDrafter(draft), temperature, top_p)
     assert multi > RUNS // 10, "drafts should often be accepted, otherwise the test checks little"
     assert pvalue(counts, expected) > 1e-3
-    if temperature == 1.0:  # the enumeration itself, checked against AR sampling once
-        ar, _ = sample_counts(target, ids, None, temperature, top_p)
+    if temperature == 1.0:  # the enumeration itself, checked against AR sampling once (RUNS rows, one batch)
+        res = ecospec.generate_batch(target, [ids[0]] * RUNS, temperature=1.0, max_new_tokens=2,
+                                     seed=list(range(RUNS)), eos_token_id=[])  # fmt: skip
+        ar = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
+        for r in res.results:
+            ar[r.tokens[0] * VOCAB + r.tokens[1]] += 1
         assert pvalue(ar, expected) > 1e-3
 
 
@@ -86,25 +91,27 @@ def test_control_biased_acceptance_is_detected(small_vocab, monkeypatch):
         return real(tokens, parents, ranks, logits * 0.5, temperature, top_p, generator)
 
     monkeypatch.setattr(loop, "accept_sampling", biased)
-    expected = exact_joint(target, ids, 1.0, 1.0) * RUNS
-    counts, _ = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0)
+    expected = exact_joint(target, ids, 1.0, 1.0) * CONTROL_RUNS
+    counts, _ = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0, runs=CONTROL_RUNS)
     assert pvalue(counts, expected) < 1e-6
 
 
 def test_batched_sd_sampling_matches_target_per_sequence(small_vocab):
-    """generate_batch at B = 3 (prompts of different lengths, one verify pass for the batch): each sequence's
-    first two tokens follow the target's exact distribution for its own prompt."""
+    """generate_batch with 3 prompts of different lengths (16 copies each per batch, every row seeded on its own, one
+    verify pass for the batch): each sequence's first two tokens follow the target's exact distribution for its
+    own prompt."""
     target, draft, ids = small_vocab
     prompts = [ids[0], prompt(9, VOCAB, seed=2)[0], prompt(3, VOCAB, seed=3)[0]]
     counts = [torch.zeros(VOCAB * VOCAB, dtype=torch.float64) for _ in prompts]
-    drafter, multi = DraftModelDrafter(draft), 0
-    for seed in range(RUNS):
-        res = ecospec.generate_batch(target, prompts, drafter=drafter, gamma=4, depth=2, topk=2, temperature=1.0,
-                                     max_new_tokens=2, seed=seed, eos_token_id=[])  # fmt: skip
-        assert res.steps[0].sequences == 3
-        for c, r in zip(counts, res.results, strict=True):
+    drafter, multi, copies = DraftModelDrafter(draft), 0, 16  # 16 copies of the 3 prompts per batch, own seeds
+    for call in range(RUNS // copies):
+        seeds = [call * copies + c for c in range(copies) for _ in prompts]
+        res = ecospec.generate_batch(target, prompts * copies, drafter=drafter, gamma=4, depth=2, topk=2,
+                                     temperature=1.0, max_new_tokens=2, seed=seeds, eos_token_id=[])  # fmt: skip
+        assert res.steps[0].sequences == 3 * copies
+        for i, r in enumerate(res.results):
             a, b = r.tokens[:2]
-            c[a * VOCAB + b] += 1
+            counts[i % len(prompts)][a * VOCAB + b] += 1
             multi += r.steps[0].accepted > 1
     assert multi > len(prompts) * RUNS // 10, "drafts should often be accepted, otherwise the test checks little"
     for p, c in zip(prompts, counts, strict=True):

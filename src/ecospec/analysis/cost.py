@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ecospec.analysis.hardware import HARDWARE, Hardware
@@ -255,9 +255,10 @@ def modeled_step(
 
 
 def fit_overhead(records: Iterable[Mapping], hardware: str | Hardware, model: str | None = None) -> float | None:
-    """Least-squares fixed overhead per pass: the mean over ok records measured on `hardware` (matched by
-    record['env']['hardware']; of conf/model `model` if given) of t_verify − verify bytes / bandwidth.
-    None if no record qualifies."""
+    """Least-squares fixed overhead per pass from SD cells: the mean over ok records measured on `hardware` (matched
+    by record['env']['hardware']; of conf/model `model` if given) of t_verify − verify bytes / bandwidth.
+    None if no record qualifies. Where the verify-latency benchmark measured the model on that GPU, `fit_latency`
+    fits slope and intercept instead, and `LatencyFit.profile` replaces both the bandwidth and this overhead."""
     hw = _hardware(hardware)
     residuals = []
     for r in records:
@@ -270,3 +271,104 @@ def fit_overhead(records: Iterable[Mapping], hardware: str | Hardware, model: st
             continue
         residuals.append(t - verify_hbm_bytes(cfg, e) / hw.hbm_bytes_per_s)
     return sum(residuals) / len(residuals) if residuals else None
+
+
+# -- measured per-layer cost (ecospec.bench.verify_latency records) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyFit:
+    """Per-layer verify-pass latency measured by `ecospec.bench.verify_latency` on a few real-shape MoE layers:
+    t_layer(E) = slope_s · E + intercept_s (seconds per expert-layer; fixed seconds per layer), least squares over
+    its records of one implementation, model and device."""
+
+    model: str
+    impl: str
+    hardware: str  # the device name the records were measured on
+    layers: int  # decoder layers the benchmark timed together
+    records: int
+    slope_s: float
+    intercept_s: float
+    r2: float
+    expert_bytes: float  # one routed expert as the benchmark stored it
+    dense_layer_bytes: float  # the rest of one benchmarked layer
+
+    def t_layer(self, experts_per_layer: float) -> float:
+        return self.slope_s * experts_per_layer + self.intercept_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Achieved bandwidth on expert reads: one expert's bytes per fitted second per expert-layer."""
+        return self.expert_bytes / self.slope_s
+
+    def profile(self, hardware: str | Hardware, model: str | Mapping | ModelCost) -> Hardware:
+        """`hardware` with the fitted numbers, scaled from the measured layers to the model's full depth: bandwidth
+        = `bytes_per_s`, overhead = MoE layers × (intercept − a layer's dense bytes / that bandwidth). Then
+        `modeled_step(model, α, E, profile)` gives T_verify = MoE layers × t_layer(E) + the model's other bytes
+        (dense layers, lm_head) at the fitted bandwidth, and the checkpoint's own storage bytes where the benchmark
+        stood in with bf16 (fp8, mxfp4) are read at that bandwidth too."""
+        if self.slope_s <= 0:
+            raise ValueError(f"{self.describe()}: a slope <= 0 has no bandwidth (too few or too noisy records)")
+        hw, c = _hardware(hardware), _cost(model)
+        bw = self.bytes_per_s
+        overhead = c.moe_layers * (self.intercept_s - self.dense_layer_bytes / bw)
+        return replace(hw, hbm_bytes_per_s=bw, overhead_s=overhead, source=f"verify-latency fit {self.describe()}")
+
+    def describe(self) -> str:
+        return (
+            f"{self.impl}: {self.slope_s * 1e3:.4g} ms per expert-layer + {self.intercept_s * 1e3:.4g} ms per layer "
+            f"(R² {self.r2:.3f}; {self.records} records, {self.layers} layer{'s' if self.layers != 1 else ''}, "
+            f"{self.hardware})"
+        )
+
+
+def fit_latency(
+    records: Iterable[Mapping],
+    impl: str | None = None,
+    model: str | None = None,
+    hardware: str | Hardware | None = None,
+) -> LatencyFit | None:
+    """Least-squares t_pass / layers = slope · E + intercept over the ok `verify_latency` records (of `impl`,
+    conf/model `model` and the GPU profile `hardware`, each if given; AR points enter at E = k). The records must
+    share one shape (layers, expert and dense bytes: one scale and storage) and implementation; None if fewer than
+    two distinct E values qualify."""
+    from ecospec.bench import KIND
+
+    hw = None if hardware is None else _hardware(hardware)
+    rows = [
+        r
+        for r in records
+        if r.get("kind") == KIND
+        and r.get("status", "ok") == "ok"
+        and (impl is None or r.get("impl") == impl)
+        and (model is None or r.get("model") == model)
+        and (hw is None or hw.matches(r.get("hardware") or ""))
+    ]
+    if not rows:
+        return None
+    keys = {(r["impl"], r["model"], r["layers"], r["expert_bytes"], r["dense_layer_bytes"]) for r in rows}
+    if len(keys) > 1:
+        raise ValueError(f"verify_latency records of {len(keys)} implementations or shapes; fit one at a time")
+    x = [float(r["E"]) for r in rows]
+    y = [float(r["t_pass_s"]) / r["layers"] for r in rows]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxx = sum((a - mx) ** 2 for a in x)
+    if sxx == 0:
+        return None
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
+    intercept = my - slope * mx
+    ss_tot = sum((b - my) ** 2 for b in y)
+    ss_res = sum((b - slope * a - intercept) ** 2 for a, b in zip(x, y, strict=True))
+    first = rows[0]
+    return LatencyFit(
+        model=first["model"],
+        impl=first["impl"],
+        hardware=first.get("hardware") or "",
+        layers=first["layers"],
+        records=len(rows),
+        slope_s=slope,
+        intercept_s=intercept,
+        r2=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+        expert_bytes=first["expert_bytes"],
+        dense_layer_bytes=first["dense_layer_bytes"],
+    )

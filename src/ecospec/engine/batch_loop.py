@@ -67,7 +67,7 @@ def generate_batch(
     topk: int = 2,
     temperature: float = 0.0,
     max_new_tokens: int = 64,
-    seed: int = 0,
+    seed: int | list[int] = 0,
     top_p: float = 1.0,
     eos_token_id: int | list[int] | None = None,
     trace: bool = False,
@@ -78,7 +78,8 @@ def generate_batch(
     """Generate up to `max_new_tokens` tokens for each of `prompts` (1-D token lists or tensors, any lengths).
 
     `batch_buffer="batch"` (ecospec): one expert buffer for the batch (`select_batch(shared_buffer=True)`), since
-    the verify pass loads the union of every sequence's experts."""
+    the verify pass loads the union of every sequence's experts. `seed`: one for every row (each row then samples
+    exactly as `generate(seed=seed)` on its prompt alone) or one per row (independent samples of repeated prompts)."""
     rows_in = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompts]
     if not rows_in:
         raise ValueError("generate_batch: no prompts (pass a non-empty list of token-id lists)")
@@ -87,6 +88,9 @@ def generate_batch(
         raise ValueError(f"generate_batch: prompt {empty[0]} is empty (every prompt needs at least one token)")
     for p in rows_in:
         _check(target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
+    seeds = [seed] * len(rows_in) if isinstance(seed, int) else list(seed)
+    if len(seeds) != len(rows_in) or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"generate_batch: seed must be an int or one int per prompt ({len(rows_in)}), got {seed!r}")
     if batch_buffer not in BATCH_BUFFERS:
         raise ValueError(f"batch_buffer must be one of {', '.join(BATCH_BUFFERS)}, got {batch_buffer!r}")
     info = moe_info(target)
@@ -99,7 +103,7 @@ def generate_batch(
         drafter.reset(rows=size)
     if predictor is not None and predictor != "oracle":
         predictor.reset(rows=size)
-    gens = [torch.Generator().manual_seed(seed) for _ in range(size)]
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
     results = [GenerateResult(tokens=[], prompt_len=len(p)) for p in rows_in]
     loads = [torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long) for _ in range(size)]
     out = BatchResult(results=results)

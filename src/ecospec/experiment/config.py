@@ -12,6 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ecospec.bench import SETTINGS as FIG1A_KEYS
+from ecospec.bench import settings_problem
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
@@ -23,7 +25,7 @@ from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 SOURCES = ("tiny", "random", "hf")
 DRAFTERS = ("eagle3", "mtp", "draft_model", "gto")  # gto: an EAGLE-3 head trained further with GTO
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor", "gto")
+JOBS = ("cell", "traces", "predictor", "gto", "fig1a")  # fig1a: the verify-latency benchmark (ecospec.bench)
 BATCH_BUFFERS = ("sequence", "batch")  # engine.batch_loop.BATCH_BUFFERS (not imported: validation loads no torch)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
@@ -119,7 +121,8 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     kind = job_kind(cfg)
     if kind == "cell":
         return cell_config(cfg)
-    d = {k: cfg.get(k) for k in ("model", "dataset", "traces", "training", "gto", "num_prompts")}  # not `hydra`
+    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "num_prompts")
+    d = {k: cfg.get(k) for k in keys}  # not `hydra`
     d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
     out = {"job": kind, "model": _model_identity(d["model"], kind)}
     if kind == "traces":
@@ -129,6 +132,8 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     elif kind == "gto":
         g = d.get("gto") or {}
         out["gto"] = {k: g.get(k) for k in GTO_KEYS}
+    elif kind == "fig1a":
+        out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
     else:
         t = d.get("training") or {}
         out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
@@ -280,6 +285,11 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         validate_training(d)
     elif kind == "gto":
         validate_gto(d)
+    elif kind == "fig1a":
+        _validate_model(d["model"])
+        problem = settings_problem(d.get("fig1a") or {})
+        if problem:
+            raise ConfigError(f"fig1a.{problem}")
     else:
         validate(d, check_predictor=not awaiting)
 

@@ -153,7 +153,7 @@ def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[
 
 
 def run_any(cfg, job_dir: str | Path) -> dict:
-    """The job the config names (`job`: cell, traces, predictor or gto)."""
+    """The job the config names (`job`: cell, traces, predictor, gto or fig1a)."""
     kind = job_kind(cfg)
     if kind == "traces":
         from ecospec.experiment.traces_job import run_traces
@@ -167,6 +167,10 @@ def run_any(cfg, job_dir: str | Path) -> dict:
         from ecospec.experiment.gto_job import run_gto
 
         return run_gto(cfg, job_dir)
+    if kind == "fig1a":
+        from ecospec.bench.verify_latency import run_fig1a
+
+        return run_fig1a(cfg, job_dir)
     from ecospec.experiment.cell import run_cell
 
     return run_cell(cfg, job_dir)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import TABLE_NAMES, build_routing
@@ -85,7 +86,9 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     figures_job = _start_figures(recs.frame, out / "figures")
     costs = model_costs(recs.model_configs)
     defaults = conf_defaults(recs.model_configs)
-    tables, missing = build_tables(recs.frame, defaults, costs, fit_overheads(recs.frame, costs))
+    bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
+    profiles = latency_profiles(bench, costs)
+    tables, missing = build_tables(recs.frame, defaults, costs, fit_overheads(recs.frame, costs), profiles)
     routing_tables, routing_missing, routing_figures = build_routing(
         recs.frame, recs.model_configs, costs, out / "figures", defaults
     )
@@ -99,7 +102,7 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
                 (out / f"{name}.{ext}").unlink(missing_ok=True)
     moespec = next((t for t in tables if t.name == "moespec"), None)
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
-    figures = figures_job() + routing_figures + pareto
+    figures = figures_job() + routing_figures + pareto + write_bench_figure(bench, out / "figures")
     written += [Path(p) for f in figures for p in f.files]
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

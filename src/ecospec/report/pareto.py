@@ -39,7 +39,7 @@ def pareto_figure(table: pd.DataFrame, model: str) -> tuple[Figure, str] | None:
     if rows.empty or not (rows["Budget"] != "—").any() or "matches_ar" not in rows:
         return None
     rows["1 - matches_ar"] = 1.0 - rows["matches_ar"]
-    gpus = [c.split()[0] for c in rows.columns if c.endswith("speedup (modeled)")]
+    gpus = [c.split()[1] for c in rows.columns if c.startswith("modeled ") and c.endswith(" speedup")]
     fig = Figure(figsize=(6.2 * len(QUALITY), 4.8), layout="constrained")
     axes = fig.subplots(1, len(QUALITY), squeeze=False)[0]
     _suptitle(fig, f"{model}: speedup vs quality, EcoSpec (lossless) and MoE-Spec's expert budget (T = 0)")
@@ -52,7 +52,7 @@ def pareto_figure(table: pd.DataFrame, model: str) -> tuple[Figure, str] | None:
             x = g[metric].to_numpy(float)
             ax.plot(x, g["speedup"].to_numpy(float), marker="o", color=colour, linewidth=1.5, label=method)
             for gpu in gpus:
-                ax.plot(x, g[f"{gpu} speedup (modeled)"].to_numpy(float), marker=GPU_MARKERS.get(gpu, "v"),
+                ax.plot(x, g[f"modeled {gpu} speedup"].to_numpy(float), marker=GPU_MARKERS.get(gpu, "v"),
                         color=colour, linestyle=":", linewidth=0.8, markerfacecolor="none")  # fmt: skip
             for xi, yi, b in zip(x, g["speedup"].to_numpy(float), g["Budget"], strict=True):
                 if b != "—":

@@ -146,7 +146,8 @@ def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = N
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame.iloc[0:0]
     if "expert_budget" in ok:
         ok = ok[ok["expert_budget"].isna()]
-    traced = ok[ok["trace"].map(_has_trace)] if "trace" in ok else ok.iloc[0:0]
+    # astype(bool): on an empty frame the mapped mask is of dtype object, and indexing by it drops every column
+    traced = ok[ok["trace"].map(_has_trace).astype(bool)] if "trace" in ok else ok.iloc[0:0]
     data = RoutingData(traced=traced.drop(columns=["trace", "expert_load"], errors="ignore"))
     if len(traced):
         data.sources = _record_sources(traced)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.analysis.cost import ModelCost, fit_overhead, modeled_step
-from ecospec.analysis.hardware import HARDWARE
+from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.report.paper import paper_values
 
 MAIN = {"gamma": 4, "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1)
@@ -100,13 +100,13 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     same_pred = df["predictor_checkpoint"].isna() | (
         df["predictor_checkpoint"].astype(str) == df["_predictor"].fillna("").astype(str)
     )
-    df["std_drafter"] = same_path | df["drafter"].isna()
+    # a GTO-trained head is Table 5's own drafter, never a model's standard one (even where its path is the default)
+    df["std_drafter"] = (same_path | df["drafter"].isna()) & (df["drafter"] != "gto")
     df["std_predictor"] = same_pred
     # MoE-Spec's expert cap (lossy) makes a cell the MoE-Spec table's own, never a standard one
     budget = df["expert_budget"] if "expert_budget" in df else pd.Series(np.nan, index=df.index)
     df["budgeted"] = budget.notna()
-    # a GTO-trained head is Table 5's own drafter, never a model's standard one
-    df["standard"] = df["std_drafter"] & df["std_predictor"] & (df["drafter"] != "gto") & ~df["budgeted"]
+    df["standard"] = df["std_drafter"] & df["std_predictor"] & ~df["budgeted"]
     drafter = df["drafter"].map(lambda k: DRAFTERS.get(k, k))
     base = df["role"] == "baseline"
     df["label"] = df["role"].map(ROLES).where(~base, drafter)
@@ -503,16 +503,20 @@ def modeled(
     costs: Mapping[str, ModelCost],
     overheads: Mapping[tuple[str, str], tuple[float, int]] = None,
     defaults=None,
+    profiles: Mapping[tuple[str, str], Hardware] | None = None,
 ) -> pd.DataFrame:
     """Per model × T × method: measured α and E (mean over the benchmarks present) and the roofline-modeled
     T_verify, T_step (ms) and speedup vs AR on each GPU profile (`analysis.cost.modeled_step`; drafting not
-    modeled, per-pass overhead fitted from that GPU's records or 0)."""
+    modeled; `profiles[(model, GPU)]`, fitted from the verify-latency benchmark, where given, else the datasheet
+    bandwidth with the per-pass overhead fitted from that GPU's records or 0)."""
     cells = cells_modeled(frame, defaults)
     cells = cells[cells["model"].isin(list(costs)) & cells["alpha"].gt(0) & cells["E"].notna()]
     agg = cells.groupby(ROW_KEYS, sort=False)[["alpha", "E"]].mean().reset_index()
     for hw in HARDWARE:
         res = [
-            modeled_step(costs[m], a, e, hw, overhead_s=(overheads or {}).get((m, hw), (None, 0))[0] or 0.0)
+            modeled_step(costs[m], a, e, (profiles or {})[(m, hw)])
+            if (m, hw) in (profiles or {})
+            else modeled_step(costs[m], a, e, hw, overhead_s=(overheads or {}).get((m, hw), (None, 0))[0] or 0.0)
             for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
         ]
         agg[f"{hw} t_verify_ms"] = [r["t_verify_s"] * 1e3 for r in res]
@@ -562,7 +566,7 @@ def table_moespec(
     agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
     for hw in HARDWARE if costs else ():
         over = overheads or {}
-        agg[f"{hw} speedup (modeled)"] = [
+        agg[f"modeled {hw} speedup"] = [
             modeled_step(costs[m], a, e, hw, overhead_s=over.get((m, hw), (None, 0))[0] or 0.0)["speedup"]
             if m in costs and a > 0 and pd.notna(e) else np.nan
             for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
@@ -682,6 +686,7 @@ def build_tables(
     defaults: Mapping[str, dict] | None = None,
     costs: Mapping[str, ModelCost] | None = None,
     overheads: Mapping[tuple[str, str], tuple[float, int]] | None = None,
+    profiles: Mapping[tuple[str, str], Hardware] | None = None,
 ) -> tuple[list[Table], list[str]]:
     """Every table that has cells in `frame`, and the labels of those that have none."""
     df = prepare(frame, defaults)
@@ -708,13 +713,13 @@ def build_tables(
         tables.append(Table("table13_models", "Table 13", "Model architectures", note, out, False, used))
     else:
         missing.append("Table 13")
-    out = modeled(df, costs, overheads, defaults) if costs else None
+    out = modeled(df, costs, overheads, defaults, profiles) if costs else None
     if out is not None and len(out):
         used = cells_modeled(df, defaults)
         used = used[used["model"].isin(list(costs))]
         title = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
         tables.append(Table("modeled", "Modeled", title,
-                            _modeled_note(used, overheads or {}), out, True, used))  # fmt: skip
+                            _modeled_note(used, overheads or {}, profiles or {}), out, True, used))  # fmt: skip
     else:
         missing.append("Modeled")
     out = table_moespec(df, costs, overheads, defaults)
@@ -723,7 +728,7 @@ def build_tables(
         note = (
             "Lossless EcoSpec against MoE-Spec's verify-time expert cap (lossy; engine.budget): per budget B (top-B "
             "experts per MoE layer by summed router score over the pass's tokens; — = no cap), measured speedup vs "
-            "AR / α / E, mean over the benchmarks present; `<GPU> speedup (modeled)`: the roofline model "
+            "AR / α / E, mean over the benchmarks present; `modeled <GPU> speedup`: the roofline model "
             "(`analysis.cost.modeled_step`) at that α and E. Quality vs AR, from replaying each committed sequence "
             "once through the uncapped target (not timed): greedy, budget_error_rate = share of committed tokens "
             "the uncapped target would not have produced there, matches_ar = share of prompts identical to AR, "
@@ -737,13 +742,18 @@ def build_tables(
     return tables, missing
 
 
-def _modeled_note(used: pd.DataFrame, overheads: Mapping[tuple[str, str], tuple[float, int]]) -> str:
+def _modeled_note(
+    used: pd.DataFrame, overheads: Mapping[tuple[str, str], tuple[float, int]], profiles: Mapping = None
+) -> str:
     parts = []
     for hw in HARDWARE.values():
-        fitted = {m: v for (m, h), v in overheads.items() if h == hw.name and v[0] is not None}
-        if fitted:
-            each = ", ".join(f"{model_label(m)} {o * 1e3:.2f} ms ({n} records)" for m, (o, n) in fitted.items())
-            parts.append(f"{hw.name}: fitted from records measured on it: {each}")
+        bench = {m: p for (m, h), p in (profiles or {}).items() if h == hw.name}  # replaces bandwidth and overhead
+        fitted = {m: v for (m, h), v in overheads.items() if h == hw.name and v[0] is not None and m not in bench}
+        if fitted or bench:
+            each = [f"{model_label(m)} {p.overhead_s * 1e3:.2f} ms at {p.hbm_bytes_per_s / 1e12:.2f} TB/s effective, "
+                    f"{p.source} scaled to full depth" for m, p in bench.items()]  # fmt: skip
+            each += [f"{model_label(m)} {o * 1e3:.2f} ms ({n} records)" for m, (o, n) in fitted.items()]
+            parts.append(f"{hw.name}: fitted from records measured on it: {', '.join(each)}")
         else:
             parts.append(f"{hw.name}: none (no records measured on it)")
     return (

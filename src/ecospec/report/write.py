@@ -53,6 +53,12 @@ FORMATS = {
     "d": lambda v: f"{v:+.2f}",
     "p": lambda v: f"{v:.1e}",
     "n": lambda v: f"{v:.0f}",
+    # the MoE-Spec table (tables.table_moespec)
+    "budget_error_rate": lambda v: f"{v:.1%}",
+    "matches_ar": lambda v: f"{v:.2f}",
+    "first_divergence": lambda v: f"{v:.1f}",
+    "loglik_per_token": lambda v: f"{v:.3f}",
+    "ar_loglik_per_token": lambda v: f"{v:.3f}",
 }
 HEADERS = {
     "speedup": "Spd",
@@ -82,6 +88,11 @@ HEADERS = {
     "ar_t_step_ms": "T_AR (ms)",
     "c_expert": "C_expert (MB/GPU)",
     "c_dense": "C_dense (MB/GPU)",
+    "budget_error_rate": "Budget error",
+    "matches_ar": "= AR",
+    "first_divergence": "1st divergence",
+    "loglik_per_token": "log p / token",
+    "ar_loglik_per_token": "AR log p / token",
 }
 LATEX = {"`": "", "α": r"$\alpha$", "γ": r"$\gamma$", "ρ": r"$\rho$", "×": r"$\times$", "—": "---", "≥": r"$\geq$",
          "Δ": r"$\Delta$"}  # fmt: skip
