@@ -104,11 +104,12 @@ def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | No
     return infos
 
 
-def remove_stale(out_dir: Path, infos: list[FigureInfo]) -> None:
-    """Delete this module's figure files that this build did not write (a figure whose inputs are gone)."""
+def remove_stale(out_dir: Path, infos: list[FigureInfo], names: re.Pattern = FILE_NAME) -> None:
+    """Delete the figure files matching `names` (a module's own figures; this module's by default) that this build
+    did not write (a figure whose inputs are gone)."""
     kept = {p for info in infos for p in info.files}
-    for path in out_dir.glob("fig*"):
-        if FILE_NAME.fullmatch(path.name) and path not in kept:
+    for path in Path(out_dir).glob("fig*"):
+        if names.fullmatch(path.name) and path not in kept:
             path.unlink()
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle
+from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
 from ecospec.report.tables import model_label
 
 FILE_NAME = re.compile(r"fig_moespec_pareto_.+\.(png|pdf)")
@@ -90,9 +90,5 @@ def write_pareto_figures(table: pd.DataFrame | None, used: pd.DataFrame | None, 
         rows = rows[rows["model"].map(model_label) == model]
         experiments = sorted(rows["experiment"].dropna().astype(str).unique())
         infos.append(FigureInfo(name, _save(drawn[0], out_dir / name), drawn[1], experiments, len(rows)))
-    kept = {p for info in infos for p in info.files}
-    if out_dir.exists():
-        for path in out_dir.glob("fig_moespec_pareto_*"):
-            if FILE_NAME.fullmatch(path.name) and path not in kept:
-                path.unlink()
+    remove_stale(out_dir, infos, FILE_NAME)
     return infos

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from ecospec.analysis.acceptance import compare_by_depth
 from ecospec.analysis.traces import DraftTokens
-from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle
+from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
 from ecospec.report.paper import overlap_paper_values
 from ecospec.report.routing import CORPUS, PAPER_LABELS, RoutingData, RoutingSource, _data_label
 from ecospec.report.tables import model_label
@@ -202,9 +202,5 @@ def write_routing_figures(data: RoutingData, out_dir: Path) -> list[FigureInfo]:
         drawn = accept_figure(model, DraftTokens.concat(data.tokens[p] for p in rows["path"]))
         if drawn is not None:
             infos.append(_info(f"fig_accept_overlap_{_slug(model)}", drawn[0], out_dir, drawn[1], rows))
-    kept = {p for info in infos for p in info.files}
-    if out_dir.exists():
-        for path in out_dir.glob("fig_*"):
-            if FILE_NAME.fullmatch(path.name) and path not in kept:
-                path.unlink()
+    remove_stale(out_dir, infos, FILE_NAME)
     return infos
