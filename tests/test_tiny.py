@@ -22,6 +22,7 @@ from ecospec.tiny.corpus import (
     stdlib_files,
     train_tokenizer,
 )
+from ecospec.tiny.drafter import stream_windows
 from ecospec.tiny.target import (
     TargetRecipe,
     check_routing,
@@ -217,6 +218,23 @@ def test_eval_batches_spread():
 # ------------------------------------------------------------------------------------------------- build
 
 
+def _check_generated_windows(target, stream):
+    """The GTO stage's texts: seeded train-split prompts, each continued by the target's greedy choice (checked
+    by one teacher-forced forward: every continuation token is the argmax, end-of-text aside, up to float noise)."""
+    from ecospec.tiny.gto import GtoRecipe, generated_windows
+
+    r = GtoRecipe(seq_len=24, prompt_len=8, train_windows=5, gen_batch=2)
+    texts = generated_windows(target, stream, r)
+    prompts = stream_windows(stream, r.prompt_len, r.train_windows, r.seed)
+    assert [t.shape[0] for t in texts] == [24] * 5
+    assert all(torch.equal(t[:8], p) for t, p in zip(texts, prompts, strict=True))
+    with torch.no_grad():
+        logits = target(torch.stack(texts)).logits[:, 7:-1].float()
+    logits[..., EOS_ID] = -float("inf")  # the stage suppresses end-of-text so every text is full length
+    chosen = logits.gather(-1, torch.stack(texts)[:, 8:, None])[..., 0]
+    assert (chosen >= logits.max(-1).values - 1e-4).all()
+
+
 def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     from transformers import AutoTokenizer
 
@@ -248,6 +266,7 @@ def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     assert gto["stages"]["gto"]["status"] == "built" and gto["stages"]["target"]["status"] == "cached"
     assert (root / "gto" / "head" / "config.json").exists()
     assert tiny_build.build("micro", until="gto", progress=False)["stages"]["gto"]["status"] == "cached"
+    _check_generated_windows(tiny_build.load_tiny_target("micro", progress=False), np.load(root / "corpus/train.npy"))
 
     p = tiny_build.paths("micro")
     assert AutoTokenizer.from_pretrained(p["tokenizer"]).bos_token_id == BOS_ID

@@ -135,7 +135,7 @@ BUDGETS: dict[str, Budget] = {
             thresholds=(),
         ),  # fmt: skip
         evaluate=EvalRecipe(prompts=2, max_new_tokens=8),
-        gto=GtoRecipe(steps=3, seq_len=32, groups=2, group_size=4, train_windows=20),
+        gto=GtoRecipe(steps=3, seq_len=32, groups=2, group_size=4, train_windows=20, prompt_len=16),
     ),
 }
 

@@ -1,16 +1,27 @@
 """Build stage (optional, built on first use by method=gto|gto_ecospec): the tiny EAGLE-3 head continued with
-Group Tree Optimization (`ecospec.drafters.gto_train`) on windows of the corpus's train split, never on benchmark
-prompts. The decode tree of the evaluation (depth 3, top-2) is the training tree.
+Group Tree Optimization (`ecospec.drafters.gto_train`) on the target's own text, as GTO trains: 256 seeded 64-token
+prompts of the corpus's train split (never benchmark prompts), each continued greedily by the target for 192 tokens
+(batched, ~35 s). The decode tree of the evaluation (depth 3, top-2) is the training tree.
 
-Size: the stage must stay under 5 minutes on 2 cores (not part of `make demo`'s build). One step of 2 windows of
-256 tokens with 8 groups of 8 positions grows 2 x 64 training trees per head (trained and reference), one target
-tree pass over them per window and the EAGLE-3 loss; ~2.5 s on 2 threads here, so 100 steps. lr 3e-4 (GTO's
-5e-6 is for 8B-scale heads trained for epochs; the tiny head was trained at 3e-3), 10 warm-up steps.
+Size: the stage must stay under 5 minutes on 2 cores (not part of `make demo`'s build): 290 s measured idle (one
+step of 2 windows x 8 groups x 8 positions grows 2 x 64 trees per head, trained and reference, one target tree
+pass per window and the EAGLE-3 loss: ~2.3 s on 2 threads, so 100 steps). lr 3e-4 (GTO's 5e-6 is for 8B-scale
+heads trained for epochs; the tiny head was trained at 3e-3), 10 warm-up steps.
+
+What moves alpha here (`benchmarks/gto_study.py`, 8 held-out prompts x 64 tokens of gsm8k / humaneval / math500 /
+mtbench, T = 0): this recipe 1.003x the EAGLE-3 head's mean alpha; the same 100 steps without the GTO term
+(continued EAGLE-3 training on the same texts) 0.930x, so GTO's term is worth +8 % against same-compute continued
+training, but not against the head it starts from. 200 steps 1.018x (10 min: over the budget), 200 steps of one
+window 0.992x; 16 groups x 4 positions 1.004x; training trees of depth 4, top-3 0.963x; lr 6e-4, 1e-3 or 3e-3
+0.92-0.94x (with or without GTO, generated or corpus text); corpus windows instead of generated text 0.995x (the
+previous recipe). GSM8K, whose greedy outputs all end in loops, moves most (2.56 -> 1.86 in the losing variants).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import torch
 
 from ecospec.tiny.drafter import stream_windows
 
@@ -26,8 +37,18 @@ class GtoRecipe:
     group_size: int = 8
     depth: int = 3
     topk: int = 2
-    train_windows: int = 1000
+    train_windows: int = 256  # texts (generated: 256 x 192 new tokens, ~35 s batched on 2 threads)
     seed: int = 4
+    data: str = "generated"  # generated: train-split prompts answered greedily by the target (GTO's data); corpus
+    prompt_len: int = 64  # generated: each window is a prompt of the train stream + the target's continuation
+    gen_batch: int = 128
+    gto_weight: float = 0.5  # 0: continued EAGLE-3 training on the same texts (the ablation)
+
+    def __post_init__(self) -> None:
+        if self.data not in ("generated", "corpus"):
+            raise ValueError(f"GtoRecipe.data: {self.data!r}; choose generated or corpus")
+        if self.data == "generated" and not 0 < self.prompt_len < self.seq_len:
+            raise ValueError(f"GtoRecipe: prompt_len {self.prompt_len} must be in (0, seq_len={self.seq_len})")
 
 
 def gto_stage(ctx) -> dict:
@@ -38,14 +59,21 @@ def gto_stage(ctx) -> dict:
     r = ctx.budget.gto
     target = ctx.target(experts_implementation=NAME)  # batched forwards: the sorted kernel, same routing
     head = load_eagle3(ctx.dirs["drafter"] / "head", target.config)
-    train = stream_windows(ctx.tokens("train"), r.seq_len, r.train_windows, r.seed)
+    if r.data == "generated":
+        ctx.log(f"generating {r.train_windows} training texts: {r.prompt_len}-token train-split prompts + the "
+                f"target's greedy {r.seq_len - r.prompt_len} tokens")  # fmt: skip
+        train = generated_windows(target, ctx.tokens("train"), r)
+    else:
+        train = stream_windows(ctx.tokens("train"), r.seq_len, r.train_windows, r.seed)
     bar = ctx.bar(total=r.steps, desc="GTO head", unit="step")
 
     def progress(event: dict) -> None:
         bar.update(1)
         bar.set_postfix(gain=f"{event['reward_gain']:+.4f}", acc=f"{event['accepted']:.2f}")
 
-    settings = GtoSettings(depth=r.depth, topk=r.topk, groups=r.groups, group_size=r.group_size)
+    settings = GtoSettings(
+        depth=r.depth, topk=r.topk, groups=r.groups, group_size=r.group_size, gto_weight=r.gto_weight
+    )
     ctx.log(f"GTO: {r.steps} steps x {r.batch_size} x {r.seq_len} tokens, {r.groups} x {r.group_size} trees/window")
     head, log = train_gto(head, target, train, steps=r.steps, lr=r.lr, batch_size=r.batch_size, seq_len=r.seq_len,
                           settings=settings, warmup_steps=r.warmup_steps, seed=r.seed, progress=progress)  # fmt: skip
@@ -55,6 +83,23 @@ def gto_stage(ctx) -> dict:
     return {"recipe": asdict(r), "reward_gain_first": tail(log.reward_gain[:20]),
             "reward_gain_last": tail(log.reward_gain), "accepted_first": tail(log.accepted[:20]),
             "accepted_last": tail(log.accepted), "loss_last": tail(log.loss)}  # fmt: skip
+
+
+@torch.no_grad()
+def generated_windows(target, stream, r: GtoRecipe) -> list[torch.Tensor]:
+    """`r.train_windows` texts of `r.seq_len` tokens: seeded `r.prompt_len`-token windows of the train stream,
+    continued greedily by the target (batched; end-of-text suppressed so every text is full length)."""
+    from ecospec.tiny.corpus import PAD_ID
+
+    prompts = stream_windows(stream, r.prompt_len, r.train_windows, r.seed)
+    out: list[torch.Tensor] = []
+    for i in range(0, len(prompts), r.gen_batch):
+        ids = torch.stack(prompts[i : i + r.gen_batch]).to(target.device)
+        new = r.seq_len - r.prompt_len
+        seqs = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                               do_sample=False, pad_token_id=PAD_ID)  # fmt: skip
+        out.extend(seqs.cpu())
+    return out
 
 
 def gto_summary(m: dict) -> list[str]:
