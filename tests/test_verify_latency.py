@@ -259,7 +259,7 @@ def test_settings_and_the_fig1a_job_config():
 
 def test_the_modeled_table_takes_the_fitted_profile():
     from ecospec.report.records import records_frame
-    from ecospec.report.tables import modeled
+    from ecospec.report.tables import modeled, table_moespec
 
     method = {"name": "eagle3", "drafter": "eagle3", "selector": "confidence", "predictor": None}
     cell = {"schema": 1, "kind": "cell", "status": "ok", "experiment": "t1", "cell": "c", "cell_id": "0",
@@ -276,3 +276,14 @@ def test_the_modeled_table_takes_the_fitted_profile():
     assert out["H200 t_verify_ms"].iloc[0] == pytest.approx(fitted["t_verify_s"] * 1e3)
     assert out["H200 speedup"].iloc[0] == pytest.approx(fitted["speedup"])
     assert out["H100 t_verify_ms"].iloc[0] == pytest.approx(roofline["t_verify_s"] * 1e3)  # no benchmark on it
+    # the MoE-Spec table's modeled columns come from the same profiles
+    capped = {**cell, "cell": "d", "cell_id": "1", "summary": {**cell["summary"], "alpha": 2.3,
+              "experts_per_layer": 15.0, "budget_error_rate": 0.01, "matches_ar": 0.5}}  # fmt: skip
+    capped["config"] = {**cell["config"], "expert_budget": 16, "budget_policy": "truncate",
+                        "method": {**method, "name": "moespec"}}  # fmt: skip
+    both = records_frame([(cell, "t1/c/result.json"), (capped, "t1/d/result.json")]).frame
+    table = table_moespec(both, {"qwen3": cost}, profiles={("qwen3", "H200"): profile}).set_index("Budget")
+    assert table.loc["B=16", "modeled H200 speedup"] == pytest.approx(modeled_step(cost, 2.3, 15.0, profile)["speedup"])
+    assert table.loc["B=16", "modeled H100 speedup"] == pytest.approx(
+        modeled_step(cost, 2.3, 15.0, "H100", overhead_s=0.0)["speedup"]
+    )

@@ -513,17 +513,22 @@ def modeled(
     cells = cells[cells["model"].isin(list(costs)) & cells["alpha"].gt(0) & cells["E"].notna()]
     agg = cells.groupby(ROW_KEYS, sort=False)[["alpha", "E"]].mean().reset_index()
     for hw in HARDWARE:
-        res = [
-            modeled_step(costs[m], a, e, (profiles or {})[(m, hw)])
-            if (m, hw) in (profiles or {})
-            else modeled_step(costs[m], a, e, hw, overhead_s=(overheads or {}).get((m, hw), (None, 0))[0] or 0.0)
-            for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
-        ]
+        res = [_modeled_step(costs, m, a, e, hw, overheads, profiles) for m, a, e in
+               zip(agg["model"], agg["alpha"], agg["E"], strict=True)]  # fmt: skip
         agg[f"{hw} t_verify_ms"] = [r["t_verify_s"] * 1e3 for r in res]
         agg[f"{hw} t_step_ms"] = [r["t_step_s"] * 1e3 for r in res]
         agg[f"{hw} speedup"] = [r["speedup"] for r in res]
     agg["model"] = agg["model"].map(model_label)
     return agg.rename(columns=LABELS)
+
+
+def _modeled_step(costs, model: str, alpha: float, experts: float, hw, overheads=None, profiles=None) -> dict:
+    """`modeled_step` on the verify-latency benchmark's fitted profile of (model, GPU) where there is one, else on
+    the datasheet bandwidth with the per-pass overhead fitted from that GPU's SD records (or 0)."""
+    if (model, hw) in (profiles or {}):
+        return modeled_step(costs[model], alpha, experts, profiles[(model, hw)])
+    overhead = (overheads or {}).get((model, hw), (None, 0))[0] or 0.0
+    return modeled_step(costs[model], alpha, experts, hw, overhead_s=overhead)
 
 
 def cells_moespec(frame, defaults=None) -> pd.DataFrame:
@@ -547,11 +552,13 @@ def table_moespec(
     costs: Mapping[str, ModelCost] | None = None,
     overheads: Mapping[tuple[str, str], tuple[float, int]] | None = None,
     defaults=None,
+    profiles: Mapping[tuple[str, str], Hardware] | None = None,
 ) -> pd.DataFrame:
     """Speedup against quality per expert budget: per model × T × method × budget, the measured speedup, α and E
-    (mean over the benchmarks present), the roofline speedup on each GPU profile from that α and E, and quality vs
-    AR: greedy (T = 0) the budget error rate, matches_ar and the mean first divergence; T > 0 the mean per-token
-    log-likelihood under the unbudgeted target beside AR's. Unbudgeted rows (budget —) are lossless: error 0."""
+    (mean over the benchmarks present), the roofline speedup on each GPU profile from that α and E
+    (`_modeled_step`, as the Modeled table), and quality vs AR: greedy (T = 0) the budget error rate, matches_ar
+    and the mean first divergence; T > 0 the mean per-token log-likelihood under the unbudgeted target beside AR's.
+    Unbudgeted rows (budget —) are lossless: error 0."""
     cells = cells_moespec(frame, defaults).copy()
     if cells.empty:
         return pd.DataFrame()
@@ -565,9 +572,8 @@ def table_moespec(
     metrics = [m for m in metrics if m in cells and cells[m].notna().any()]
     agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
     for hw in HARDWARE if costs else ():
-        over = overheads or {}
         agg[f"modeled {hw} speedup"] = [
-            modeled_step(costs[m], a, e, hw, overhead_s=over.get((m, hw), (None, 0))[0] or 0.0)["speedup"]
+            _modeled_step(costs, m, a, e, hw, overheads, profiles)["speedup"]
             if m in costs and a > 0 and pd.notna(e) else np.nan
             for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
         ]  # fmt: skip
@@ -722,14 +728,15 @@ def build_tables(
                             _modeled_note(used, overheads or {}, profiles or {}), out, True, used))  # fmt: skip
     else:
         missing.append("Modeled")
-    out = table_moespec(df, costs, overheads, defaults)
+    out = table_moespec(df, costs, overheads, defaults, profiles)
     if len(out):
         used = cells_moespec(df, defaults)
         note = (
             "Lossless EcoSpec against MoE-Spec's verify-time expert cap (lossy; engine.budget): per budget B (top-B "
             "experts per MoE layer by summed router score over the pass's tokens; — = no cap), measured speedup vs "
             "AR / α / E, mean over the benchmarks present; `modeled <GPU> speedup`: the roofline model "
-            "(`analysis.cost.modeled_step`) at that α and E. Quality vs AR, from replaying each committed sequence "
+            "(`analysis.cost.modeled_step`) at that α and E, on the same GPU profiles as the Modeled table. Quality "
+            "vs AR, from replaying each committed sequence "
             "once through the uncapped target (not timed): greedy, budget_error_rate = share of committed tokens "
             "the uncapped target would not have produced there, matches_ar = share of prompts identical to AR, "
             "first_divergence = mean first differing position (a prompt that never diverges counts its length); "
