@@ -19,10 +19,9 @@ import time
 import torch
 
 import ecospec
-from ecospec.data import encode_turn, load_prompts
 from ecospec.engine import loop
 from ecospec.tiny.build import paths
-from ecospec.tiny.evaluate import load_components
+from ecospec.tiny.evaluate import heldout_ids, load_components
 
 METHODS = (("eagle3", "confidence", None), ("ecospec", "ecospec", "learned"), ("oracle", "oracle", "oracle"))
 
@@ -65,9 +64,8 @@ def main() -> None:
     clock = ExpertClock(target)
     stats = {name: {"steps": 0, "acc": 0, "e": 0.0, "pred": 0.0, "verify": 0.0, "experts": 0.0, "total": 0.0}
              for name, _, _ in METHODS}  # fmt: skip
-    for ds in args.datasets.split(","):
-        for p in load_prompts(ds, args.prompts, None, split="heldout"):
-            ids = torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)])
+    for ids_list in heldout_ids(tokenizer, args.datasets.split(","), args.prompts).values():
+        for ids in ids_list:
             for name, selector, kind in METHODS:
                 pred = {"learned": predictor, "oracle": "oracle", None: None}[kind]
                 clock.verify_seconds = 0.0

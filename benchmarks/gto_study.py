@@ -23,9 +23,9 @@ import torch
 DATASETS = ("gsm8k", "humaneval", "math500", "mtbench")
 
 
-def _value(field_type, text: str):
-    kind = {"int": int, "float": float, "str": str}[field_type if isinstance(field_type, str) else field_type.__name__]
-    return kind(text)
+def _value(field_type: str, text: str):
+    """A GtoRecipe field's value from text (the module's annotations are strings: `from __future__`)."""
+    return {"int": int, "float": float, "str": str}[field_type](text)
 
 
 def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
@@ -55,29 +55,19 @@ def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
     print(json.dumps({k: v for k, v in metrics.items() if k != "recipe"}, indent=1), asdict(budget.gto))
 
 
-def _prompts(tokenizer, n: int) -> dict[str, list[torch.Tensor]]:
-    from ecospec.data import encode_turn, load_prompts
-
-    out = {}
-    for name in DATASETS:
-        ps = load_prompts(name, n, None, split="heldout")
-        out[name] = [torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)]) for p in ps]
-    return out
-
-
 def evaluate(heads: list[Path], n: int, tokens: int) -> None:
     import ecospec
     from ecospec.drafters.eagle3 import Eagle3Drafter
     from ecospec.drafters.eagle3_checkpoint import load_eagle3
     from ecospec.tiny.build import paths
-    from ecospec.tiny.evaluate import load_components
+    from ecospec.tiny.evaluate import heldout_ids, load_components
 
     torch.set_num_threads(1)
     target, tokenizer, base, _ = load_components(paths("full"))
     drafters = {"eagle3": base}
     for h in heads:
         drafters[h.name] = Eagle3Drafter(load_eagle3(h / "head", target.config), target.get_input_embeddings())
-    prompts = _prompts(tokenizer, n)
+    prompts = heldout_ids(tokenizer, DATASETS, n)
     alpha: dict[str, dict[str, float]] = {name: {} for name in drafters}
     for ds, ids_list in prompts.items():
         for name, drafter in drafters.items():

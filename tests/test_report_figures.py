@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ecospec.report.figures import FigureInfo, fit_line, verify_latency_figure, write_figures
+from ecospec.analysis.cost import fit_line
+from ecospec.report.figures import FigureInfo, verify_latency_figure, write_figures
 
 MODELS = {"tiny_random": (2, 16, 4), "tiny_random_deepseek": (2, 16, 4)}  # MoE layers, N, k
 

@@ -41,6 +41,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from ecospec.analysis.hardware import HARDWARE, Hardware
 
 # storage format -> (bytes per value, default values per scale, bytes per scale)
@@ -276,6 +278,21 @@ def fit_overhead(records: Iterable[Mapping], hardware: str | Hardware, model: st
 # -- measured per-layer cost (ecospec.bench.verify_latency records) ------------------------------------------------
 
 
+def fit_line(x, y) -> tuple[float, float, float]:
+    """Least-squares y = slope * x + intercept; returns (slope, intercept, R²). Needs two distinct x values."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx = float(dx @ dx)
+    if sxx == 0:
+        raise ValueError("a line needs at least two distinct x values")
+    slope = float(dx @ dy) / sxx
+    intercept = float(y.mean() - slope * x.mean())
+    ss_res = float(np.sum((y - (slope * x + intercept)) ** 2))
+    ss_tot = float(dy @ dy)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return slope, intercept, r2
+
+
 @dataclass(frozen=True)
 class LatencyFit:
     """Per-layer verify-pass latency measured by `ecospec.bench.verify_latency` on a few real-shape MoE layers:
@@ -350,15 +367,9 @@ def fit_latency(
     if len(keys) > 1:
         raise ValueError(f"verify_latency records of {len(keys)} implementations or shapes; fit one at a time")
     x = [float(r["E"]) for r in rows]
-    y = [float(r["t_pass_s"]) / r["layers"] for r in rows]
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    sxx = sum((a - mx) ** 2 for a in x)
-    if sxx == 0:
+    if len(set(x)) < 2:
         return None
-    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
-    intercept = my - slope * mx
-    ss_tot = sum((b - my) ** 2 for b in y)
-    ss_res = sum((b - slope * a - intercept) ** 2 for a, b in zip(x, y, strict=True))
+    slope, intercept, r2 = fit_line(x, [float(r["t_pass_s"]) / r["layers"] for r in rows])
     first = rows[0]
     return LatencyFit(
         model=first["model"],
@@ -368,7 +379,7 @@ def fit_latency(
         records=len(rows),
         slope_s=slope,
         intercept_s=intercept,
-        r2=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+        r2=r2,
         expert_bytes=first["expert_bytes"],
         dense_layer_bytes=first["dense_layer_bytes"],
     )

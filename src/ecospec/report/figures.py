@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ecospec.analysis.cost import fit_line
 from ecospec.experiment.heatmap import expert_load_figure
 
 DPI = 150
@@ -111,21 +112,6 @@ def remove_stale(out_dir: Path, infos: list[FigureInfo], names: re.Pattern = FIL
     for path in Path(out_dir).glob("fig*"):
         if names.fullmatch(path.name) and path not in kept:
             path.unlink()
-
-
-def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Least-squares y = slope * x + intercept; returns (slope, intercept, R²). Needs two distinct x values."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    dx, dy = x - x.mean(), y - y.mean()
-    sxx = float(dx @ dx)
-    if sxx == 0:
-        raise ValueError("a line needs at least two distinct x values")
-    slope = float(dx @ dy) / sxx
-    intercept = float(y.mean() - slope * x.mean())
-    ss_res = float(np.sum((y - (slope * x + intercept)) ** 2))
-    ss_tot = float(dy @ dy)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return slope, intercept, r2
 
 
 # Figure 1(a) -------------------------------------------------------------------------------------------------

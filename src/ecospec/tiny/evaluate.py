@@ -52,6 +52,18 @@ def humaneval_ids(tokenizer, n: int) -> list[torch.Tensor]:
     return out
 
 
+def heldout_ids(tokenizer, datasets, n: int) -> dict[str, list[torch.Tensor]]:
+    """Per dataset, the first turn of its first `n` held-out prompts as a tiny cell encodes it (plain text: the tiny
+    model has no chat template), each [1, T]; for benchmarks that compare heads or selectors outside run.py."""
+    from ecospec.data import encode_turn, load_prompts
+
+    return {
+        name: [torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)])
+               for p in load_prompts(name, n, None, split="heldout")]
+        for name in datasets
+    }  # fmt: skip
+
+
 def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
     """Every method on every prompt, interleaved (a prompt's methods run back to back, so a machine that slows
     down mid-run slows them alike), greedy; per method α, E, per-step phase times, tokens/s, speedup vs AR,
