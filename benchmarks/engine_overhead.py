@@ -4,7 +4,8 @@ latency of `ecospec.select`.
 Overhead = step wall time - time inside the target's and the draft model's forward calls
 (measured with forward pre/post hooks on the two top-level modules). It covers tree growth,
 selection, mask building, acceptance, cache compaction and routing bookkeeping.
-Goals (issue 2): overhead < 5 % of the step; select('ecospec') < 100 µs at depth 3, top-2, γ = 4.
+Goals (issue 2): overhead < 5 % of the step; select('ecospec') < 100 µs at depth 3, top-2, γ = 4. A third table
+times the denominator: ecospec AR against transformers' greedy `generate` on the same target (goal: >= 1.00x).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 import time
 
 import torch
+from ar_denominator import compare
 from select_bench import bench_select
 
 import ecospec
@@ -94,6 +96,15 @@ def bench_engine(selector: str, predictor, steps_wanted: int = 200, seed: int = 
     }
 
 
+def bench_ar(prompts: int = 8, tokens: int = 64, rounds: int = 2, seed: int = 0) -> dict:
+    """The speedup's denominator on the same target: ecospec AR (our loop) against transformers' greedy `generate`,
+    prompt by prompt interleaved, outputs checked equal (`ar_denominator.compare`)."""
+    target = tiny_model("qwen3_moe-a", seed=seed, **TARGET)
+    gen = torch.Generator().manual_seed(seed)
+    return compare(target, [torch.randint(3, TARGET["vocab_size"], (1, 64), generator=gen) for _ in range(prompts)],
+                   tokens, rounds)  # fmt: skip
+
+
 def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     print("Engine overhead per SD step (tiny random Qwen3-MoE target, 4 layers x 32 experts, top-4;")
@@ -106,6 +117,12 @@ def main() -> None:
             f"{r['overhead_us']:>13.0f}{r['overhead_pct']:>11.1f}%"
         )
     print("(ecospec here uses the oracle: its extra target forward counts as a forward, not overhead)")
+    print()
+    r = bench_ar()
+    print("AR, the speedup's denominator, on the same target (8 random prompts x 64 tokens x 2 rounds, interleaved)")
+    print(f"{'decoder':<22}{'tokens/s':>10}{'vs HF generate':>16}  outputs equal")
+    print(f"{'HF greedy generate':<22}{r['HF generate tok/s']:>10.1f}{1.0:>15.2f}x")
+    print(f"{'ecospec AR':<22}{r['ecospec AR tok/s']:>10.1f}{r['ratio']:>15.2f}x  {'yes' if r['same'] else 'NO'}")
     print()
     print("ecospec.select latency (median µs per call)")
     for name, us in bench_select().items():

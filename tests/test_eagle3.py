@@ -444,6 +444,26 @@ def test_with_tiny_moe_target():
     assert all(bool(head.t2d[t]) for t in tree.tokens)  # only draft-vocab tokens are proposed
 
 
+def test_a_head_that_drafted_in_generate_still_trains():
+    """The decode loops run under torch.inference_mode; what the head caches there (its RoPE table) must not break a
+    later training step (autograd cannot save an inference tensor for backward)."""
+    import ecospec
+    from ecospec.models.loading import tiny_model
+
+    target = tiny_model("qwen3_moe-a", seed=0)
+    h, v = target.config.hidden_size, target.config.vocab_size
+    head = Eagle3Head(Eagle3Config(hidden_size=h, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=8, vocab_size=v, draft_vocab_size=v, target_hidden_size=h,
+                                   aux_hidden_layers=(1, 2)))  # fmt: skip
+    init_random_weights(head, std=0.3, seed=0)
+    drafter = Eagle3Drafter(head, target.get_input_embeddings())
+    ecospec.generate(target, torch.randint(3, v, (1, 8)), drafter=drafter, max_new_tokens=6)
+    assert head.midlayer.self_attn._rope[0].is_inference()  # cached while drafting
+    x = torch.randn(1, 4, h, requires_grad=True)
+    head(x, torch.randn(1, 4, h), torch.arange(4)).sum().backward()
+    assert x.grad is not None
+
+
 def test_config_validation():
     with pytest.raises(ValueError):
         make_config(aux_hidden_layers=())

@@ -187,7 +187,7 @@ def test_eagle3_drafter_in_the_loop(models64):
     ar = ecospec.generate(target, ids, max_new_tokens=12, eos_token_id=[])
     sd = ecospec.generate(target, ids, drafter=drafter, max_new_tokens=12, eos_token_id=[])
     assert sd.tokens == ar.tokens
-    committed = ids.shape[1]
+    committed = ids.shape[1] + 1  # the prefill gives the first token
     for step, root_logp in zip(sd.steps, roots, strict=False):
         seq = torch.cat([ids, torch.tensor([ar.tokens])], 1)[:, :committed]
         with torch.no_grad():
@@ -206,8 +206,8 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
     from ecospec.engine.routing import expert_bitmasks
 
     target, draft = models64(preset)
-    oracle, chosen, verified = [], [], []
-    real_oracle, real_select, real_counts = loop._oracle_experts, loop.select, loop.expert_counts
+    oracle, chosen = [], []
+    real_oracle, real_select = loop._oracle_experts, loop.select
 
     def spy_oracle(*args):
         out = real_oracle(*args)
@@ -219,16 +219,13 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         chosen.append(out)
         return out
 
-    def spy_counts(routes, n):  # the verify pass's routes
-        verified.append(expert_bitmasks(routes, n))
-        return real_counts(routes, n)
-
     monkeypatch.setattr(loop, "_oracle_experts", spy_oracle)
     monkeypatch.setattr(loop, "select", spy_select)
-    monkeypatch.setattr(loop, "expert_counts", spy_counts)
     ids = prompt(20, target.config.vocab_size, seed=13)
-    ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
-                     gamma=4, max_new_tokens=16, eos_token_id=[])  # fmt: skip
+    res = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
+                           gamma=4, max_new_tokens=16, eos_token_id=[], trace=True)  # fmt: skip
+    n = moe_info(target).num_experts
+    verified = [expert_bitmasks(torch.tensor(st.trace.routes), n) for st in res.steps]  # each verify pass's routes
     assert len(oracle) == len(chosen) == len(verified) > 3
     for (root_mask, node_masks), nodes, ver in zip(oracle, chosen, verified, strict=True):
         assert ver[0] == root_mask

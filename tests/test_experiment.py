@@ -93,6 +93,7 @@ def test_every_model_method_pair_composes_and_validates_or_says_why(model, metho
         ("num_prompts=0", "num_prompts=0"),
         ("gamma=abc", "gamma='abc'"),
         ("dataset.name=squad", "dataset.name='squad'"),
+        ("ar_peer=vllm", "ar_peer='vllm'"),
     ],
 )
 def test_bad_values_get_one_line_naming_key_and_value(override, key):
@@ -281,7 +282,35 @@ def test_ar_baseline_is_reused_from_the_cache(cell):
     ar = run_cell(ar_cfg, ar_dir)
     cfg, cell_dir = cell("method=eagle3", "ar_baseline=cached")
     rec = run_cell(cfg, cell_dir)
-    assert rec["summary"]["ar_tokens_per_s"] == ar["summary"]["tokens_per_s"]
+    assert rec["summary"]["ar_tokens_per_s"] == ar["summary"]["ar_tokens_per_s"]
+    assert rec["summary"]["ar_source"] == ar["summary"]["ar_source"]
+
+
+def test_ar_divides_by_the_faster_of_our_loop_and_hf_generate(cell, monkeypatch):
+    """At batch 1 AR is also timed through transformers' generate on the same prompts (same greedy tokens); the
+    speedup divides by the faster of the two and says which (summary.ar_source), our loop's step times stay."""
+    import ecospec.experiment.cell as cell_mod
+
+    cfg, cell_dir = cell("method=eagle3")
+    s = run_cell(cfg, cell_dir)["summary"]
+    assert s["ar_hf_same"] == 1.0 and s["ar_hf_tokens_per_s"] > 0 and s["ar_t_step_s"] > 0
+    assert s["ar_tokens_per_s"] == max(s["ar_ecospec_tokens_per_s"], s["ar_hf_tokens_per_s"])
+    assert s["ar_source"] == ("hf_generate" if s["ar_hf_tokens_per_s"] > s["ar_ecospec_tokens_per_s"] else "ecospec")
+    assert s["speedup"] == pytest.approx(s["tokens_per_s"] / s["ar_tokens_per_s"])
+
+    real = cell_mod.hf_generate  # an HF generate that takes no time must become the denominator
+    monkeypatch.setattr(cell_mod, "hf_generate", lambda *a: (real(*a)[0], 1e-6))
+    fast, fast_dir = cell("method=eagle3", "seed=1")
+    f = run_cell(fast, fast_dir)["summary"]
+    assert f["ar_source"] == "hf_generate" and f["ar_tokens_per_s"] == f["ar_hf_tokens_per_s"]
+    assert f["ar_t_step_s"] > 0 and f["ar_ecospec_tokens_per_s"] < f["ar_tokens_per_s"]
+
+    none, none_dir = cell("method=eagle3", "ar_peer=none", "seed=2")
+    n = run_cell(none, none_dir)["summary"]
+    assert n["ar_source"] == "ecospec" and n["ar_hf_tokens_per_s"] is None
+    assert n["ar_tokens_per_s"] == n["ar_ecospec_tokens_per_s"]
+    batched, batched_dir = cell("method=eagle3", "batch_size=2", "seed=3")
+    assert run_cell(batched, batched_dir)["summary"]["ar_hf_tokens_per_s"] is None  # B > 1: batched AR, ours
 
 
 def test_ar_baseline_interleaved_on_cpu_by_default(cell, monkeypatch):

@@ -104,7 +104,7 @@ def test_root_distribution_matches_fresh_head(trained, preset):
     sd = ecospec.generate(target, ids, drafter=drafter, gamma=4, depth=3, topk=2, max_new_tokens=16, eos_token_id=[])
     assert max(s.accepted for s in sd.steps) >= 3  # multi-token steps happened
     full = torch.cat([ids, torch.tensor([sd.tokens])], 1)
-    committed = ids.shape[1]
+    committed = ids.shape[1] + 1  # the prefill gives the first token
     layer = target.config.num_hidden_layers
     assert drafter.hidden_layers == (layer,)
     for step, (logp, tok) in zip(sd.steps, roots, strict=True):

@@ -121,7 +121,8 @@ def test_generate_with_predictor_is_lossless(setup64):
         assert sd.tokens == ar.tokens
         assert all(s.t_pred > 0 for s in sd.steps)
         assert any(s.accepted > 1 for s in sd.steps)
-        assert p.session.slots.n[0] == ids.shape[1] + sum(s.accepted for s in sd.steps[:-1])  # predictor was used
+        # the predictor saw the prompt, the prefill's token and what every step but the last committed
+        assert p.session.slots.n[0] == ids.shape[1] + 1 + sum(s.accepted for s in sd.steps[:-1])
 
 
 def test_topk_accuracy():

@@ -247,11 +247,12 @@ def test_step_traces_rebuild_the_sequence_routing():
     assert any(len(s.trace.path) > 1 for s in res.steps)  # some drafts were accepted
     per_step = [torch.tensor(s.trace.routes)[:, s.trace.path] for s in res.steps]  # [L, accepted, k]
     traced = torch.cat(per_step, dim=1)
-    full = torch.cat([ids, torch.tensor([res.tokens])], dim=1)[:, : ids.shape[1] - 1 + traced.shape[1]]
+    # the first root is the prefill's token, at position len(prompt)
+    full = torch.cat([ids, torch.tensor([res.tokens])], dim=1)[:, : ids.shape[1] + traced.shape[1]]
     with torch.no_grad(), RoutingCapture(model) as cap:
         model(full)
         routes = cap.take()
-    expected = routes[:, ids.shape[1] - 1 :]
+    expected = routes[:, ids.shape[1] :]
     assert traced.shape == expected.shape
     assert torch.equal(traced.sort(dim=-1).values, expected.sort(dim=-1).values)
     assert all(s.trace is None for s in ecospec.generate(model, ids, max_new_tokens=3).steps)

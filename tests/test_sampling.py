@@ -1,4 +1,4 @@
-"""Lossless sampling: SD's distribution over the first tokens equals the target's exact one.
+"""Lossless sampling: SD's distribution over the tokens of its first step equals the target's exact one.
 
 Deterministic (fixed seeds), so it cannot flake; a control shows the test rejects a biased rule.
 """
@@ -25,14 +25,22 @@ def small_vocab():
 
 
 def exact_joint(target, ids, temperature, top_p):
-    """P(first two new tokens = (a, b)) by enumeration."""
+    """P(second and third new tokens = (a, b)) by enumeration, over the first new token (the prefill's, sampled
+    from the target alone): the two tokens the first SD step decides, from one tree."""
     with torch.no_grad():
         p1 = target_probs(target(ids).logits[0, -1], temperature, top_p)
-        rows = []
-        for a in range(VOCAB):
-            ext = torch.cat([ids, torch.tensor([[a]])], 1)
-            rows.append(p1[a] * target_probs(target(ext).logits[0, -1], temperature, top_p))
-    return torch.stack(rows).flatten()
+        joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
+        for t in range(VOCAB):
+            if p1[t] == 0:
+                continue
+            first = torch.cat([ids, torch.tensor([[t]])], 1)
+            p2 = target_probs(target(first).logits[0, -1], temperature, top_p)
+            for a in range(VOCAB):
+                if p2[a] == 0:
+                    continue
+                ext = torch.cat([first, torch.tensor([[a]])], 1)
+                joint[a] += p1[t] * p2[a] * target_probs(target(ext).logits[0, -1], temperature, top_p)
+    return joint.flatten()
 
 
 def pvalue(counts, expected):
@@ -56,11 +64,11 @@ def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS):
             topk=2,
             temperature=temperature,
             top_p=top_p,
-            max_new_tokens=2,
+            max_new_tokens=3,
             seed=seed,
             eos_token_id=[],
         )
-        a, b = res.tokens[:2]
+        a, b = res.tokens[1:3]  # both decided by the first SD step
         counts[a * VOCAB + b] += 1
         multi += res.steps[0].accepted > 1
     return counts, multi
@@ -74,11 +82,11 @@ def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
     assert multi > RUNS // 10, "drafts should often be accepted, otherwise the test checks little"
     assert pvalue(counts, expected) > 1e-3
     if temperature == 1.0:  # the enumeration itself, checked against AR sampling once (RUNS rows, one batch)
-        res = ecospec.generate_batch(target, [ids[0]] * RUNS, temperature=1.0, max_new_tokens=2,
+        res = ecospec.generate_batch(target, [ids[0]] * RUNS, temperature=1.0, max_new_tokens=3,
                                      seed=list(range(RUNS)), eos_token_id=[])  # fmt: skip
         ar = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
         for r in res.results:
-            ar[r.tokens[0] * VOCAB + r.tokens[1]] += 1
+            ar[r.tokens[1] * VOCAB + r.tokens[2]] += 1
         assert pvalue(ar, expected) > 1e-3
 
 
@@ -107,10 +115,10 @@ def test_batched_sd_sampling_matches_target_per_sequence(small_vocab):
     for call in range(RUNS // copies):
         seeds = [call * copies + c for c in range(copies) for _ in prompts]
         res = ecospec.generate_batch(target, prompts * copies, drafter=drafter, gamma=4, depth=2, topk=2,
-                                     temperature=1.0, max_new_tokens=2, seed=seeds, eos_token_id=[])  # fmt: skip
+                                     temperature=1.0, max_new_tokens=3, seed=seeds, eos_token_id=[])  # fmt: skip
         assert res.steps[0].sequences == 3 * copies
         for i, r in enumerate(res.results):
-            a, b = r.tokens[:2]
+            a, b = r.tokens[1:3]
             counts[i % len(prompts)][a * VOCAB + b] += 1
             multi += r.steps[0].accepted > 1
     assert multi > len(prompts) * RUNS // 10, "drafts should often be accepted, otherwise the test checks little"

@@ -19,7 +19,7 @@ from ecospec.engine.masks import apply_window, to_4d
 @dataclass(frozen=True)
 class AttentionLayout:
     """Sliding window per attention layer type, and whether the model takes one mask per type. With the model's
-    mask format (`attention_layout(config, model)`: additive float masks for eager attention, bool otherwise) a
+    mask format (`attention_layout(config, model)`: additive float masks for eager and SDPA, bool otherwise) a
     forward need not look it up: `model.dtype` walks the parameters, and the engine runs several forwards a step."""
 
     windows: dict[str, int | None]
@@ -40,13 +40,19 @@ def attention_layout(config, model=None) -> AttentionLayout:
     window = getattr(config, "sliding_window", None)
     if getattr(config, "use_sliding_window", True) is False:
         window = None
-    fmt = {} if model is None else {"mask_dtype": model.dtype, "additive": config._attn_implementation == "eager"}
+    fmt = {} if model is None else {"mask_dtype": model.dtype, "additive": additive_masks(config)}
     if types:
         windows = {t: (window if "sliding" in t else None) for t in sorted(set(types))}
         return AttentionLayout(windows, by_type=True, **fmt)
     if window is not None:
         return AttentionLayout({"sliding_attention": window}, by_type=False, **fmt)
     return AttentionLayout({"full_attention": None}, by_type=False, **fmt)
+
+
+def additive_masks(config) -> bool:
+    """Eager attention adds the mask; SDPA takes a float mask as is but turns a bool one into a float one in every
+    layer (three ops a layer), so both get an additive float mask (0 / dtype min: the same softmax)."""
+    return config._attn_implementation in ("eager", "sdpa")
 
 
 def new_cache() -> DynamicCache:
@@ -64,29 +70,30 @@ def forward_block(
     tokens: torch.Tensor | None,
     query_pos: torch.Tensor,
     key_pos: torch.Tensor | None,
-    visible: torch.Tensor,
+    visible: torch.Tensor | None,
     *,
     hidden: bool = False,
     logits_to_keep: int = 0,
     embeds: torch.Tensor | None = None,
 ):
-    """Run `tokens` [1, q] at positions `query_pos` [q] against cache + themselves.
+    """Run `tokens` [1, q] at positions `query_pos` [q] (or [1, q]) against cache + themselves.
 
     key_pos [kv] are the positions of the cached entries followed by query_pos (None: no sliding window reads
-    them); visible is bool
-    [q, kv]. Per row, for a batch: tokens [B, q], query_pos [B, q], key_pos [B, kv], visible [B, q, kv].
+    them); visible is bool [q, kv]. Per row, for a batch: tokens [B, q], query_pos [B, q], key_pos [B, kv],
+    visible [B, q, kv]. `visible=None`: the block is causal and follows the cache contiguously (a prefill, an AR
+    step), so the model builds its own mask (sliding windows included), as in HF's `generate`.
     `embeds` [B, q, H] replaces `tokens` as `inputs_embeds` (models fed embeddings, e.g. the
     expert predictor's backbone). Returns the HF output (logits, and hidden_states when `hidden`).
     """
-    dtype = layout.mask_dtype if layout.mask_dtype is not None else model.dtype
-    additive = layout.additive  # eager adds the mask; SDPA takes a bool one as is
-    if additive is None:
-        additive = model.config._attn_implementation == "eager"
-    masks = {
-        t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=additive)
-        for t, w in layout.windows.items()
-    }
-    mask = masks if layout.by_type else next(iter(masks.values()))
+    mask = None
+    if visible is not None:
+        dtype = layout.mask_dtype if layout.mask_dtype is not None else model.dtype
+        additive = layout.additive if layout.additive is not None else additive_masks(model.config)
+        masks = {
+            t: to_4d(apply_window(visible, query_pos, key_pos, w), dtype, additive=additive)
+            for t, w in layout.windows.items()
+        }
+        mask = masks if layout.by_type else next(iter(masks.values()))
     inputs = {"input_ids": tokens} if embeds is None else {"inputs_embeds": embeds}
     return model(
         **inputs,
@@ -120,6 +127,8 @@ def compact_cache(cache: DynamicCache, start: int, keep: list[int]) -> None:
     """
     n = start + len(keep)
     contiguous = keep == list(range(len(keep)))
+    if contiguous and cache.get_seq_length() == n:  # nothing to drop (an AR step, a fully accepted block)
+        return
     idx = None if contiguous else torch.tensor(keep) + start
     for layer in filled_layers(cache):
         if idx is not None:

@@ -26,12 +26,20 @@ def apply_window(
     return visible & (key_pos[..., None, :] > query_pos[..., :, None] - window)
 
 
+_FILL: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def to_4d(visible: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Tensor:
     """[q, kv] bool -> [1, 1, q, kv] (or per row [B, q, kv] -> [B, 1, q, kv]): bool for SDPA-style kernels,
-    additive float (0 / dtype min) for eager."""
-    rows = visible if visible.dim() == 3 else visible[None]
+    additive float (0 / dtype min) for eager and SDPA (`forward.additive_masks`). Two ops (a view and a `where` on
+    cached scalars): it runs for every forward of a step, where each op costs ~10 us on a CPU."""
+    rows = visible.view(1, 1, *visible.shape) if visible.dim() == 2 else visible.unsqueeze(1)
     if not additive:
-        return rows[:, None]
-    mask = torch.zeros(rows.shape, dtype=dtype, device=rows.device)
-    mask.masked_fill_(~rows, torch.finfo(dtype).min)
-    return mask[:, None]
+        return rows
+    key = (dtype, rows.device)
+    fill = _FILL.get(key)
+    if fill is None:
+        with torch.inference_mode(False):  # plain tensors: usable inside and outside inference mode
+            fill = _FILL[key] = (torch.zeros((), dtype=dtype, device=rows.device),
+                                 torch.full((), torch.finfo(dtype).min, dtype=dtype, device=rows.device))  # fmt: skip
+    return torch.where(rows, *fill)

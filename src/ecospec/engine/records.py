@@ -31,7 +31,7 @@ class StepStats:
 
 @dataclass
 class GenerateResult:
-    tokens: list[int]  # new tokens, eos kept, truncated at max_new_tokens
+    tokens: list[int]  # new tokens, eos kept, truncated at max_new_tokens; the first is the prefill's (no step's)
     steps: list[StepStats] = field(default_factory=list)
     prompt_len: int = 0
     t_prefill: float = 0.0

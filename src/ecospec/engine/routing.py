@@ -29,7 +29,7 @@ class RoutingCapture:
 
     def _hook(self, layer: int):
         def hook(module, args, output):
-            self._buffers[layer].append(output[2].detach())
+            self._buffers[layer].append(output[2])  # integer indices: never part of an autograd graph
 
         return hook
 
@@ -45,6 +45,14 @@ class RoutingCapture:
     def clear(self) -> None:
         for buf in self._buffers:
             buf.clear()
+
+    def pop(self, device: str | torch.device | None = "cpu") -> torch.Tensor:
+        """Routes of the most recent forward alone, [num_moe_layers, tokens, k]; earlier forwards stay buffered (the
+        oracle's look-up pass between verify passes that are counted at the end)."""
+        if not self._buffers[0]:
+            raise RuntimeError("no forward captured since the last take")
+        routes = torch.stack([buf.pop() for buf in self._buffers]).long()
+        return routes if device is None else routes.to(device)
 
     def take(self, device: str | torch.device | None = "cpu") -> torch.Tensor:
         """Routes of the forward(s) since the last take: LongTensor [num_moe_layers, tokens, k], tokens in
@@ -76,6 +84,21 @@ def expert_counts(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
     num_layers = routes.shape[0]
     flat = routes.reshape(num_layers, -1).long() + torch.arange(num_layers, device=routes.device)[:, None] * num_experts
     return torch.bincount(flat.reshape(-1), minlength=num_layers * num_experts).view(num_layers, num_experts)
+
+
+def pass_counts(routes: torch.Tensor, sizes: list[int], num_experts: int) -> torch.Tensor:
+    """[P, L, N]: how many tokens each MoE layer routes to each expert in each of P passes, from the passes' routes
+    back to back (`routes` [L, sum(sizes), k], any device) and their token counts, in one bincount on the CPU: a
+    decode loop counts its passes once, at the end."""
+    num_layers = routes.shape[0]
+    if not sizes:
+        return torch.zeros(0, num_layers, num_experts, dtype=torch.long)
+    k = routes.shape[2]
+    routes = routes.to("cpu", torch.long).reshape(num_layers, -1)  # [L, sum(sizes) * k]
+    pass_id = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes) * k)
+    flat = (pass_id[None, :] * num_layers + torch.arange(num_layers)[:, None]) * num_experts + routes
+    size = len(sizes) * num_layers * num_experts
+    return torch.bincount(flat.reshape(-1), minlength=size).view(len(sizes), num_layers, num_experts)
 
 
 def expert_bitmasks(routes: torch.Tensor, num_experts: int) -> list[int]:

@@ -57,7 +57,7 @@ class RowSlots:
         committed = self._valid[:, None, :c]
         if min(counts) == q:  # no padding (always at batch size 1)
             vis = torch.cat([committed.expand(rows, q, c), causal.expand(rows, q, q)], dim=2)
-            self._valid[:, c : c + q] = True
+            self._valid[:, c : c + q].fill_(True)
         else:
             real = torch.arange(q)[None, :] < torch.tensor(list(counts))[:, None]  # [B, q]
             block = torch.where(real[:, :, None] & real[:, None, :], causal, torch.eye(q, dtype=torch.bool))
@@ -91,8 +91,7 @@ class RowSlots:
             real = torch.arange(q)[None, :] < torch.tensor([len(p) for p in positions])[:, None]  # [B, q]
             committed = committed & real[:, :, None]
         padded = [list(p) + [p[-1] if p else 0] * (q - len(p)) for p in positions]
-        self._grow(q)
-        self._valid[:, c : c + q] = False  # tree slots are never committed
+        self._grow(q)  # tree slots are never committed: they stay False, as every slot past the width is
         self._extend(padded)
         return torch.tensor(padded, dtype=torch.long), torch.cat([committed, tree], dim=2)
 
@@ -111,7 +110,8 @@ class RowSlots:
         self.n = [self.n[b] for b in keep]
 
     def _grow(self, q: int) -> None:
-        """Make room for q more slots (cleared: a cropped tree may have left slots behind the width)."""
+        """Make room for q more slots. Every slot past the width is False (slots are committed only by `commit`, and
+        `crop` cuts tree slots, which are never set), so new slots need no clearing."""
         if self.width + q > self._valid.shape[1]:
             bigger = torch.zeros(self.rows, 2 * (self.width + q), dtype=torch.bool)
             bigger[:, : self.width] = self.valid

@@ -62,9 +62,9 @@ def grow_tree(
         if not confident:
             break
         logp, ids = expand(tree, beam, len(beam))
-        cond = logp.double().exp()
-        confident = stop is None or float(cond.max()) >= stop
-        beam = _add_level(tree, beam, cond.tolist(), ids.tolist())
+        cond = [[math.exp(x) for x in row] for row in logp.tolist()]  # a few values: Python beats two tensor ops
+        confident = stop is None or max(map(max, cond)) >= stop
+        beam = _add_level(tree, beam, cond, ids.tolist())
     return tree
 
 
@@ -79,7 +79,8 @@ def grow_trees(root_logp: torch.Tensor, root_ids: torch.Tensor, expand_rows: Exp
     trees, beams = [t for t, _ in grown], [b for _, b in grown]
     for _ in range(depth - 1):
         logp, ids = expand_rows(trees, beams, len(beams[0]))
-        cond, ids = logp.double().exp().tolist(), ids.tolist()
+        cond = [[[math.exp(x) for x in node] for node in row] for row in logp.tolist()]
+        ids = ids.tolist()
         beams = [_add_level(t, b, c, i) for t, b, c, i in zip(trees, beams, cond, ids, strict=True)]
     return trees
 

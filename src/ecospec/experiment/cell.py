@@ -17,6 +17,7 @@ from ecospec.analysis.cost import verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.components import Components, load_components
+from ecospec.experiment.hf_peer import hf_generate
 from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import (
     batch_row,
@@ -58,6 +59,10 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             )  # fmt: skip
             seconds = time.perf_counter() - t0
             row = prompt_row(p.id, turn, len(ids), res, seconds, not ar and comp.predictor == "oracle")
+            if ar and _peer(cfg):  # the AR users have, on the same prompt right after ours
+                hf_tokens, hf_seconds = hf_generate(comp.target, torch.tensor([ids]), cfg["temperature"],
+                                                    cfg["top_p"], cfg["max_new_tokens"], cfg["seed"])  # fmt: skip
+                row.update(hf_tokens=len(hf_tokens), hf_seconds=hf_seconds, hf_same=hf_tokens == row["tokens"])
             if cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
                 row.update(replay_quality(comp.target, ids, row["tokens"]))
             if not ar and trace_left > 0:
@@ -84,6 +89,11 @@ def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, in
         if interleave_ar:
             ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
     return rows, ar_rows
+
+
+def _peer(cfg: dict) -> bool:
+    """Whether AR is also timed through transformers' `generate` (batch 1; at B > 1 AR stays our batched loop)."""
+    return cfg.get("ar_peer", "hf_generate") == "hf_generate" and cfg["batch_size"] == 1
 
 
 def _budget(cfg: dict, method: dict) -> dict:
@@ -174,7 +184,9 @@ def ar_key(cfg: dict, hardware: str) -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
     keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
-    return {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware}
+    peer = "hf_generate" if _peer(cfg) else "none"  # which ARs the record chose from
+    return {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware,
+            "ar_peer": peer}  # fmt: skip
 
 
 def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches) -> dict:
@@ -193,12 +205,21 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         else:
             rows = [r for p in prompts for r in _decode_prompt(comp, p, ar_cfg, progress, AR_METHOD, 0)]
     summary = summarize(rows, batches)
+    ours = summary["tokens_per_s"]
+    timed = [r for r in rows if "hf_seconds" in r]
+    hf = sum(r["hf_tokens"] for r in timed) / sum(r["hf_seconds"] for r in timed) if timed else None
+    source = "hf_generate" if hf and ours and hf > ours else "ecospec"
     ar = {
         "schema": SCHEMA,
         "status": "ok",
         "key": key,
         "created": now(),
-        "tokens_per_s": summary["tokens_per_s"],
+        # the denominator: the faster AR (our loop's step times and E stay ours, for rho and Table 8)
+        "tokens_per_s": hf if source == "hf_generate" else ours,
+        "source": source,
+        "ecospec_tokens_per_s": ours,
+        "hf_tokens_per_s": hf,
+        "hf_same": sum(r["hf_same"] for r in timed) / len(timed) if timed and cfg["temperature"] == 0 else None,
         "t_step_s": summary["t_step_s"],
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
         "loglik": {f"{r['id']}/{r['turn']}": r["loglik"] for r in rows if "loglik" in r},  # budgeted cells
@@ -212,6 +233,10 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
 def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict) -> dict:
     s = summarize(rows, batches)
     s["ar_tokens_per_s"] = ar["tokens_per_s"]
+    s["ar_source"] = ar.get("source", "ecospec")
+    s["ar_ecospec_tokens_per_s"] = ar.get("ecospec_tokens_per_s", ar["tokens_per_s"])
+    s["ar_hf_tokens_per_s"] = ar.get("hf_tokens_per_s")  # None: not timed (batch > 1, ar_peer=none)
+    s["ar_hf_same"] = ar.get("hf_same")  # greedy: share of prompts whose HF output equals our AR's (1.0 expected)
     s["ar_t_step_s"] = ar["t_step_s"]
     s["ar_experts_per_layer"] = ar.get("experts_per_layer")
     s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None

@@ -428,6 +428,9 @@ def _family_top_k(model: Mapping) -> int | None:
     return ((model.get("facts") or {}).get("hf_config") or {}).get("num_experts_per_tok")
 
 
+AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
+
+
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
@@ -445,6 +448,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     _validate_num_prompts(d)
     if d.get("ar_baseline", "auto") not in ("auto", "interleaved", "cached"):
         raise _bad("ar_baseline", d.get("ar_baseline"), "allowed: auto, interleaved, cached")
+    if d.get("ar_peer", "hf_generate") not in AR_PEERS:
+        raise _bad("ar_peer", d.get("ar_peer"), f"allowed: {', '.join(AR_PEERS)}")
     if d.get("split", "heldout") not in SPLITS:
         raise _bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
     ts = d.get("trace_steps")

@@ -1,6 +1,7 @@
 """Per-prompt rows and a cell's summary metrics, with the definitions the papers use.
 
-alpha = tokens produced / SD steps (bonus included; AR = 1). E = mean over verify passes and MoE layers of
+alpha = tokens the SD steps produced / SD steps (bonus included; AR = 1; the first new token comes from the
+prefill, as in HF's `generate` and vLLM, and is no step's). E = mean over verify passes and MoE layers of
 the unique experts a pass activates in a layer. Timings are seconds per step. tokens_per_s = Σ new tokens /
 Σ generation wall time over the cell's prompts (Spec-Bench's convention); speedup = tokens_per_s / AR's on
 the same prompts and settings (at batch size B > 1: batched AR at the same B, the same batches). At B > 1,
