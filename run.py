@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ecospec.experiment.cell import one_line
-from ecospec.experiment.job import run_any
+from ecospec.experiment.dispatch import run_any
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

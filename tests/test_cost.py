@@ -102,8 +102,8 @@ def test_tiny_models_are_derived_without_a_build():
     from ecospec.models import config_moe_info, tiny_config
     from ecospec.models.byte_tokenizer import VOCAB_SIZE
 
-    tiny = model_cost("tiny")  # the full budget's TargetRecipe: 16 MoE layers x 32 experts, top-4, fp32
-    assert (tiny.moe_layers, tiny.num_experts, tiny.top_k, tiny.storage["experts"]) == (16, 32, 4, "fp32")
+    tiny = model_cost("tiny")  # the full budget's TargetRecipe: 20 MoE layers x 32 experts, top-4, fp32
+    assert (tiny.moe_layers, tiny.num_experts, tiny.top_k, tiny.storage["experts"]) == (20, 32, 4, "fp32")
     rnd = model_cost("tiny_random")
     info = config_moe_info(tiny_config("qwen3_moe-b", vocab_size=VOCAB_SIZE))
     assert (rnd.moe_layers, rnd.expert_params, rnd.dense_params) == (2, info.expert_params, info.dense_params)

@@ -32,8 +32,9 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "fig1a", "gto", "moespec", "moespec_deepseek", "moespec_gptoss", "moespec_qwen3", "predictor", "table1",
-        "table10", "table11_12", "table4", "table5", "table6_7", "table8", "table9", "tiny_repro", "traces",
+        "fig1a", "gto", "moespec", "moespec_deepseek", "moespec_gptoss", "moespec_qwen3", "overlap_e2e",
+        "overlap_e2e_tiny", "predictor", "table1", "table10", "table11_12", "table4", "table5", "table6_7", "table8",
+        "table9", "tiny_repro", "traces",
     ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
@@ -75,9 +76,39 @@ def test_every_model_method_pair_composes_and_validates_or_says_why(model, metho
             ("needs a" in msg and "drafter" in msg)
             or "needs a trained expert predictor" in msg
             or "needs a GTO-trained EAGLE-3 head" in msg
+            or "runs on backend=vllm only" in msg
         ), msg
     else:
         assert not (model == "deepseek" and method == "eagle3")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_backend_vllm_takes_what_vllm_runs_and_refuses_the_rest_in_one_line(method):
+    from ecospec.experiment.config import VLLM_METHODS, cell_config
+
+    budget = ["expert_budget=8"] if method in ("moespec", "ecospec_moespec") else []
+    cfg = _compose("model=qwen3_30b", "backend=vllm", f"method={method}", *budget)
+    if method not in VLLM_METHODS:
+        with pytest.raises(ConfigError, match="vLLM cannot run it") as e:
+            validate(cfg)
+        assert "\n" not in str(e.value)
+        return
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        assert "needs a" in str(e) and "drafter" in str(e), e  # qwen3_30b has no MTP module, no draft LM
+    else:
+        c = cell_config(cfg)
+        assert c["backend"] == {"name": "vllm", "dtype": None, "tp": None, "max_model_len": 2048,
+                                "enforce_eager": False, "requests": None, "requests_per_seq": None}  # fmt: skip
+        assert "-vllm-" in cell_name(cfg)
+    for bad, key in (
+        ("backend.rounds=0", "backend.rounds"),
+        ("trace_steps=4", "trace_steps"),
+        ("backend.name=sglang", "backend"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            validate(_compose("model=qwen3_30b", "backend=vllm", "method=eagle3", bad))
 
 
 @pytest.mark.parametrize(
@@ -129,6 +160,19 @@ def test_cell_identity_ignores_execution_knobs():
     assert cell_id(_compose(*FAST, "+model.drafters.other={path: /x}")) == cell_id(a)
     assert cell_id(_compose(*FAST, "model.drafters.draft_model.path=/x")) != cell_id(a)  # the one it uses does
     assert set(CELL_KEYS) >= {"model", "method", "dataset", "temperature", "gamma", "batch_size", "seed"}
+    # the engine: hf keeps every id it had; vllm is another cell, and so is each server setting, not how it is run
+    assert cell_id(_compose(*FAST, "backend=hf")) == cell_id(a)
+    v = _compose(*FAST, "backend=vllm")
+    assert cell_id(v) != cell_id(a)
+    for run_setting in ("backend.python=/x/python", "backend.url=http://h:1", "backend.rounds=5", "backend.warmups=0"):
+        assert cell_id(_compose(*FAST, "backend=vllm", run_setting)) == cell_id(v), run_setting
+    for setting in (
+        "backend.tp=2",
+        "backend.dtype=bfloat16",
+        "backend.enforce_eager=true",
+        "backend.max_model_len=4096",
+    ):
+        assert cell_id(_compose(*FAST, "backend=vllm", setting)) != cell_id(v), setting
 
 
 def test_grid_sweeper_runs_the_union_of_tables_once():

@@ -175,7 +175,7 @@ def test_gto_job_publishes_a_head_that_the_gto_methods_load(tmp_path, monkeypatc
     from test_experiment import _compose
 
     from ecospec.experiment.config import ConfigError, validate
-    from ecospec.experiment.job import run_any
+    from ecospec.experiment.dispatch import run_any
 
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path / "cache"))
     fast = ["model=tiny_random", "threads=1", "progress=false", f"out_dir={tmp_path}"]

@@ -147,7 +147,7 @@ def test_real_model_config_traces_predictor_and_heldout_ecospec_cell(saved, stor
     """The three jobs on model=qwen3's config (in this process, as run.py runs each): the target from a directory
     with device_map=auto, the predictor's embedding read from the checkpoint's safetensors (the target is not
     loaded) and its backbone from a directory by from_pretrained, the predictor found in the store by the cell."""
-    from ecospec.experiment.job import run_any
+    from ecospec.experiment.dispatch import run_any
     from ecospec.predictor.model import ExpertPredictor
 
     real = [*_real(saved), *QUICK, f"out_dir={tmp_path}"]
@@ -200,7 +200,7 @@ def test_traces_predictor_and_heldout_ecospec_cell_on_tiny_random(store, tmp_pat
             tokens, _ = tr.sample(0)
             assert tokens[: len(ids)].tolist() == ids and 0 < len(tokens) - len(ids) <= 8
 
-    from ecospec.experiment.job import run_any  # the predictor job and the cell as run.py runs them, minus startup
+    from ecospec.experiment.dispatch import run_any  # the predictor job and the cell as run.py runs them, minus startup
 
     levels = ["training.levels.acc50=0.3", "training.levels.acc60=0.99"]
     train = _compose("experiment=predictor", *common, f"training.datasets=[humaneval,{multi}]", "training.epochs=4",

@@ -34,7 +34,7 @@ Records: one JSON per (model, impl, γ, E), `<out>/<model>-L<layers>-s<scale>-<d
 
 Needs torch >= 2.11 and transformers 5.x only (no Hydra, no omegaconf: conf/model is read with PyYAML), so it runs
 with PYTHONPATH=src on a GPU machine with other versions. `experiment=fig1a` (run.py) wraps it as a job
-(`run_fig1a`).
+(`experiment.fig1a_job.run_fig1a`).
 """
 
 from __future__ import annotations
@@ -545,21 +545,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verify_latency: {e}", file=sys.stderr)
         return 2
     return 0
-
-
-def run_fig1a(cfg, job_dir: str | Path) -> dict:
-    """`experiment=fig1a` (run.py): the benchmark as a job with its own record (skipped when done, a failure
-    recorded); the points go to `fig1a.out` (null: ${out_dir}/fig1a)."""
-    from ecospec.bench import SETTINGS
-    from ecospec.experiment.job import run_job
-
-    def body(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
-        s = d["fig1a"]
-        out = Path(s.get("out") or Path(d.get("out_dir") or "experiments") / "fig1a")
-        recs = run(d["model"], device=device, out=out, **{k: s.get(k) for k in SETTINGS if s.get(k) is not None})
-        record["summary"] = {"points": len(recs), "out": str(out), "impls": sorted({r["impl"] for r in recs})}
-
-    return run_job(cfg, job_dir, body)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import torch
 
 from ecospec.engine.batch import drop_rows
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
-from ecospec.engine.rows import RowSlots, aligned_levels, pad_rows
+from ecospec.engine.rows import RowSlots, aligned_levels, moved, pad_rows
 from ecospec.engine.tree import DraftTree, missing_levels
 
 
@@ -52,10 +52,11 @@ class DraftModelDrafter:
         self._outputs = [out.index_select(0, index.to(out.device)) for out in self._outputs]
 
     def _forward(self, tokens: torch.Tensor, qpos: torch.Tensor, vis: torch.Tensor, keep) -> torch.Tensor:
-        kpos = self.slots.pos if self.layout.windowed else None  # only sliding windows read positions
-        moved = [t if t is None or t.device == self.device else t.to(self.device) for t in (tokens, qpos, kpos, vis)]
-        tokens, qpos, kpos, vis = moved  # (a no-op `.to` is still a dispatched op, three a forward)
-        return forward_block(self.model, self.layout, self.cache, tokens, qpos, kpos, vis, logits_to_keep=keep).logits
+        kpos = moved(self.slots.pos, self.device) if self.layout.windowed else None  # only sliding windows read them
+        dev = self.device
+        out = forward_block(self.model, self.layout, self.cache, moved(tokens, dev), moved(qpos, dev), kpos,
+                            moved(vis, dev), logits_to_keep=keep)  # fmt: skip
+        return out.logits
 
     @staticmethod
     def _topk(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.engine.masks import visibility
-from ecospec.engine.rows import RowSlots, aligned_levels, pad_rows
+from ecospec.engine.masks import to_4d, visibility
+from ecospec.engine.rows import RowSlots, aligned_levels, moved, pad_rows
 from ecospec.engine.tree import DraftTree, missing_levels
 
 __all__ = [
@@ -135,7 +135,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        work = x if dtype == torch.float64 else x.float()  # normalised in float32 (float64 stays float64)
+        if dtype in (torch.float32, torch.float64) and self.weight.dtype == dtype:  # one op (drafting runs it often)
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        work = x.float()  # normalised in float32, then scaled in the model's dtype, as HF's Llama norm does
         return self.weight * F.rms_norm(work, (work.shape[-1],), None, self.eps).to(dtype)
 
 
@@ -194,6 +196,20 @@ class KVCache:
                 self.v = self.v[:, :, :length]
 
 
+def fused(owner: nn.Module, linears: tuple[nn.Linear, ...]) -> torch.Tensor:
+    """The weights of `linears` stacked (one matmul for all: drafting runs the head three times a step, and on a CPU
+    every op costs ~10 us). Cached on `owner` while no gradient flows; rebuilt when a weight changes (an optimizer
+    step or a load bumps its version) and never cached while training."""
+    weights = [lin.weight for lin in linears]
+    if torch.is_grad_enabled():
+        return torch.cat(weights)
+    key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+    cached = owner.__dict__.get("_fused")
+    if cached is None or cached[0] != key:
+        cached = owner.__dict__["_fused"] = (key, torch.cat(weights))
+    return cached[1]
+
+
 class _Attention(nn.Module):
     def __init__(self, config: Eagle3Config):
         super().__init__()
@@ -225,32 +241,41 @@ class _Attention(nn.Module):
             n = max(top, 2 * (cached[0].shape[0] if cached is not None else 0), 256)
             freqs = torch.arange(n, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
             emb = torch.cat([freqs, freqs], dim=-1)
-            table = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+            # sin with the first half negated: rotate_half(x) * sin == x.roll(half) * this (exactly: a sign flip)
+            signed = torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
+            table = emb.cos() * self.rope_scale, signed * self.rope_scale
             self._rope = cached = tuple(t.to(device=positions.device, dtype=dtype) for t in table)
         return cached[0][positions], cached[1][positions]
 
-    def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        cos, sin = self._cos_sin(positions, x.dtype)
-        if positions.dim() == 2:  # per row [B, q] -> [B, 1, q, head_dim] against x [B, heads, q, head_dim]
+    def _rope_at(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin at `positions`, shaped to broadcast against [B, heads, q, head_dim] (once for q and k)."""
+        cos, sin = self._cos_sin(positions, dtype)
+        if positions.dim() == 2:  # per row [B, q] -> [B, 1, q, head_dim]
             cos, sin = cos[:, None], sin[:, None]
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+        return cos, sin
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """RoPE, x * cos + rotate_half(x) * sin, as x * cos + x.roll(half) * signed_sin (four ops, not seven)."""
+        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, visible: torch.Tensor
     ) -> torch.Tensor:
         b, q, _ = x.shape
-        qs = self.q_proj(x).view(b, q, self.n_heads, self.head_dim)
-        ks = self.k_proj(x).view(b, q, self.n_kv, self.head_dim)
-        vs = self.v_proj(x).view(b, q, self.n_kv, self.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
-            qs, ks = self.q_norm(qs), self.k_norm(ks)
-        qs = self._rotate(qs.transpose(1, 2), positions)
-        ks = self._rotate(ks.transpose(1, 2), positions)
+        nq, nk = self.n_heads, self.n_kv
+        # q, k and v from one matmul (`fused`), heads [B, nq + 2 nk, q, d]; q and k rotated together
+        heads = F.linear(x, fused(self, (self.q_proj, self.k_proj, self.v_proj))).view(b, q, nq + 2 * nk, -1)
+        heads = heads.transpose(1, 2)
+        qk, vs = heads[:, : nq + nk], heads[:, nq + nk :]
+        if self.q_norm is not None:  # Qwen3-type heads normalise each head before RoPE
+            qk = torch.cat([self.q_norm(qk[:, :nq]), self.k_norm(qk[:, nq:])], dim=1)
+        cos, sin = self._rope_at(positions, qk.dtype)
+        qk = self._rotate(qk, cos, sin)
+        qs, ks = qk[:, :nq], qk[:, nq:]
         if cache is not None:
             ks, vs = cache.append(ks, vs)
-        mask = visible[:, None] if visible.dim() == 3 else visible[None, None]
+        mask = to_4d(visible, qs.dtype, additive=True)  # SDPA would turn a bool mask into this itself, in more ops
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.n_heads * self.head_dim))
 
@@ -266,7 +291,8 @@ class _MLP(nn.Module):
         self.act = ACT2FN[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, fused(self, (self.gate_proj, self.up_proj))).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
 
 
 class _DecoderLayer(nn.Module):
@@ -342,7 +368,7 @@ class Eagle3Head(nn.Module):
         past = 0 if cache is None else len(cache)
         if visible is None:
             visible = visibility(past, torch.ones(q, q, dtype=torch.bool, device=hidden.device).tril())
-        return self.midlayer(hidden, embeds, positions, cache, visible.to(hidden.device))
+        return self.midlayer(hidden, embeds, positions, cache, moved(visible, hidden.device))
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits from output hidden states."""
@@ -374,6 +400,7 @@ class Eagle3Drafter:
         self.embed = head.embed_tokens if head.embed_tokens is not None else target_embedding
         self.vocab_size = head.config.vocab_size
         self.hidden_layers = head.config.aux_hidden_layers
+        self._mapped = bool(head.d2t.any())  # a draft vocabulary of its own (draft id + d2t = target id)
         self.reset()
 
     # -- state --------------------------------------------------------------------------------------
@@ -390,7 +417,8 @@ class Eagle3Drafter:
         rows = self.slots.rows
         self._trees: list[DraftTree | None] = [None] * rows
         self._node_slot: list[dict[int, int]] = [{} for _ in range(rows)]  # node -> its cache slot
-        self._node_out: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]  # node -> head output [H]
+        self._outputs: list[torch.Tensor] = []  # head outputs [B, q, H] of this step's tree levels
+        self._node_out: list[dict[int, tuple[int, int]]] = [{} for _ in range(rows)]  # node -> (level output, query)
 
     def keep_rows(self, keep: list[int]) -> None:
         """Only rows `keep` (in that order) stay: finished sequences leave the batch."""
@@ -399,6 +427,7 @@ class Eagle3Drafter:
         self.slots.keep_rows(keep)
         if self._root_out is not None:
             self._root_out = self._root_out[index]
+        self._outputs = [out[index] for out in self._outputs]
         self._trees = [self._trees[b] for b in keep]
         self._node_slot = [self._node_slot[b] for b in keep]
         self._node_out = [self._node_out[b] for b in keep]
@@ -408,16 +437,31 @@ class Eagle3Drafter:
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         weight = getattr(self.embed, "weight", None)
         if isinstance(weight, torch.Tensor):
-            ids = ids.to(weight.device)
-        return self.embed(ids).to(device=self.head.device, dtype=self.head.dtype)
+            ids = moved(ids, weight.device)
+        return moved(self.embed(ids), self.head.device, self.head.dtype)
 
     def _topk_children(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.head.logits(out)
-        if logits.dtype != torch.float64:
+        if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
         logp = torch.log_softmax(logits, dim=-1)  # temperature 1
         vals, draft_ids = torch.topk(logp, k, dim=-1)
+        if self.head.config.draft_vocab_size == self.vocab_size and not self._mapped:  # draft id = target id
+            return vals, draft_ids
         return vals, self.head.to_target_ids(draft_ids)
+
+    def _gather(self, refs: list[list[tuple[int, int]]]) -> torch.Tensor | list[torch.Tensor]:
+        """The head outputs that `refs` name (per row, (level output, query) pairs; -1 = the row's root entry):
+        [B, n, H] in one op when the rows are alike and every ref comes from one forward (the usual case), else a
+        list of [n_b, H]."""
+        first = refs[0][0][0] if refs and refs[0] else None
+        if first is not None and len({len(r) for r in refs}) == 1 and all(o == first for r in refs for o, _ in r):
+            out = self._root_out[:, None] if first < 0 else self._outputs[first]  # [B, q, H]
+            flat = [b * out.shape[1] + i for b, row in enumerate(refs) for _, i in row]
+            picked = out.flatten(0, 1).index_select(0, torch.tensor(flat, device=out.device))
+            return picked.view(len(refs), len(refs[0]), -1)
+        return [torch.stack([self._root_out[b] if o < 0 else self._outputs[o][b, i] for o, i in row])
+                for b, row in enumerate(refs)]  # fmt: skip
 
     # -- protocol -----------------------------------------------------------------------------------
 
@@ -455,12 +499,15 @@ class Eagle3Drafter:
         dev, dt = self.head.device, self.head.dtype
         # new_hidden[b][j] (the row's target position committed + j) is paired with the token that follows it.
         counts = [h.shape[0] for h in new_hidden]
-        tokens = pad_rows([t[t.shape[0] - c :].to(dev) for t, c in zip(new_tokens, counts, strict=True)])
-        hidden = self.head.project(pad_rows([h.to(device=dev, dtype=dt) for h in new_hidden]))
+        tokens = pad_rows([moved(t[t.shape[0] - c :], dev) for t, c in zip(new_tokens, counts, strict=True)])
+        hidden = self.head.project(pad_rows([moved(h, dev, dt) for h in new_hidden]))
         positions, visible = self.slots.commit(counts)
-        out = self.head(hidden, self._embed(tokens), positions.to(dev), self.cache, visible.to(dev))
+        out = self.head(hidden, self._embed(tokens), moved(positions, dev), self.cache, moved(visible, dev))
         self._topk = topk
-        self._root_out = out[torch.arange(len(counts)), torch.tensor(counts) - 1]
+        if len(set(counts)) == 1:  # every row's root at the same query (always at batch size 1): one op
+            self._root_out = out[:, counts[0] - 1]
+        else:
+            self._root_out = out[torch.arange(len(counts)), torch.tensor(counts) - 1]
         return self._topk_children(self._root_out, topk)
 
     @torch.no_grad()
@@ -489,6 +536,7 @@ class Eagle3Drafter:
         s._pos = [list(range(n)) for _ in positions]
         s.n = [i + 1 for i in positions]
         s.committed_width = n
+        s.dense = False  # each row sees its own prefix of the shared entries
         self._topk = topk
         self._root_out = out[0, torch.tensor(positions, device=dev)]
         return self._topk_children(self._root_out, topk)
@@ -514,28 +562,32 @@ class Eagle3Drafter:
         levels = [missing_levels(t, b, outs) for t, b, outs in zip(trees, beams, self._node_out, strict=True)]
         for depth_nodes in aligned_levels(levels):
             self._run_level(trees, depth_nodes)
-        outs = torch.stack([torch.stack([outs[n] for n in b]) for b, outs in zip(beams, self._node_out, strict=True)])
-        return self._topk_children(outs, k)
+        outs = self._gather([[outs[n] for n in b] for b, outs in zip(beams, self._node_out, strict=True)])
+        return self._topk_children(outs if isinstance(outs, torch.Tensor) else torch.stack(outs), k)
 
     def _run_level(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
         """One head forward over one tree level of every row (nodes[b]: row b's nodes, all at one depth)."""
         dev = self.head.device
-        hidden, tokens, positions, sees = [], [], [], []
+        refs, tokens, positions, sees = [], [], [], []
         for b, (tree, level) in enumerate(zip(trees, nodes, strict=True)):
-            parents = [tree.parents[n] for n in level]
             outs = self._node_out[b]
-            hidden.append(torch.stack([self._root_out[b] if p < 0 else outs[p] for p in parents]))
-            tokens.append(torch.tensor([tree.tokens[n] for n in level]))
+            refs.append([(-1, 0) if tree.parents[n] < 0 else outs[tree.parents[n]] for n in level])  # parent outputs
+            tokens.append([tree.tokens[n] for n in level])
             root_pos = self.slots.n[b] - 1  # the root's entry is the row's last committed one
             positions.append([root_pos + tree.depths[n] for n in level])
             sees.append([[self._node_slot[b][a] for a in tree.path(n)[:-1]] for n in level])
         start = self.slots.width
         qpos, visible = self.slots.tree(positions, sees)
-        out = self.head(pad_rows(hidden), self._embed(pad_rows(tokens)), qpos.to(dev), self.cache, visible.to(dev))
+        hidden = self._gather(refs)
+        hidden = hidden if isinstance(hidden, torch.Tensor) else pad_rows(hidden)
+        same = len({len(t) for t in tokens}) == 1
+        ids = torch.tensor(tokens) if same else pad_rows([torch.tensor(t) for t in tokens])
+        out = self.head(hidden, self._embed(ids), moved(qpos, dev), self.cache, moved(visible, dev))
+        self._outputs.append(out)
         for b, level in enumerate(nodes):
             for i, n in enumerate(level):
                 self._node_slot[b][n] = start + i
-                self._node_out[b][n] = out[b, i]
+                self._node_out[b][n] = (len(self._outputs) - 1, i)
 
 
 def init_random_weights(head: Eagle3Head, std: float = 0.02, seed: int = 0) -> Eagle3Head:

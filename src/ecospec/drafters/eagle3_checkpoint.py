@@ -399,6 +399,9 @@ def save_eagle3(head: Eagle3Head, path: str | Path, layout: Literal["eagle", "sp
             **common,
         }
     (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    tensors = {_to_layout(k, layout): v.detach().contiguous().cpu().clone() for k, v in head.state_dict().items()}
+    state = head.state_dict()
+    if c.draft_vocab_size == c.vocab_size and not state["d2t"].any():  # the whole vocabulary: no mapping tables,
+        state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}  # which vLLM refuses for such a head
+    tensors = {_to_layout(k, layout): v.detach().contiguous().cpu().clone() for k, v in state.items()}
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path

@@ -28,6 +28,7 @@ class RowSlots:
         self.n = [0] * rows
         self.width = 0
         self.committed_width = 0  # slots before the first tree slot
+        self.dense = True  # no padding slot yet: every committed slot is valid (always at batch size 1)
 
     @property
     def rows(self) -> int:
@@ -54,11 +55,13 @@ class RowSlots:
         if causal is None:
             causal = self._causal[q] = torch.ones(q, q, dtype=torch.bool).tril()
         self._grow(q)
-        committed = self._valid[:, None, :c]
         if min(counts) == q:  # no padding (always at batch size 1)
+            committed = torch.ones(rows, q, c, dtype=torch.bool) if self.dense else self._valid[:, None, :c]
             vis = torch.cat([committed.expand(rows, q, c), causal.expand(rows, q, q)], dim=2)
             self._valid[:, c : c + q].fill_(True)
         else:
+            committed = self._valid[:, None, :c]
+            self.dense = False
             real = torch.arange(q)[None, :] < torch.tensor(list(counts))[:, None]  # [B, q]
             block = torch.where(real[:, :, None] & real[:, None, :], causal, torch.eye(q, dtype=torch.bool))
             vis = torch.cat([committed & real[:, :, None], block], dim=2)
@@ -78,15 +81,20 @@ class RowSlots:
         # the committed part is the rows' valid slots; the tree part (earlier levels and this one) is small
         tree_rows = []
         for b in range(rows):
+            block = []
             for i in range(q):
                 row = [False] * (c - cw + q)
                 if i < len(positions[b]):
                     for s in sees[b][i]:
                         row[s - cw] = True
                 row[c - cw + i] = True
-                tree_rows.append(row)
-        tree = torch.tensor(tree_rows, dtype=torch.bool).view(rows, q, c - cw + q)
-        committed = self._valid[:, None, :cw].expand(rows, q, cw)
+                block.append(row)
+            tree_rows.append(block)
+        tree = torch.tensor(tree_rows, dtype=torch.bool)  # [B, q, tree slots + q]
+        if self.dense:
+            committed = torch.ones(rows, q, cw, dtype=torch.bool)
+        else:
+            committed = self._valid[:, None, :cw].expand(rows, q, cw)
         if min(len(p) for p in positions) < q:
             real = torch.arange(q)[None, :] < torch.tensor([len(p) for p in positions])[:, None]  # [B, q]
             committed = committed & real[:, :, None]
@@ -121,6 +129,14 @@ class RowSlots:
     def _extend(self, positions: list[list[int]]) -> None:
         for mine, new in zip(self._pos, positions, strict=True):
             mine.extend(new)
+
+
+def moved(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`t` on `device` (and in `dtype`): itself when it is there already (a no-op `.to` is still a dispatched op,
+    and a drafter runs several a step)."""
+    if t.device == device and (dtype is None or t.dtype == dtype):
+        return t
+    return t.to(device=device, dtype=dtype if dtype is not None else t.dtype)
 
 
 def pad_rows(rows: Sequence[torch.Tensor], value: float = 0) -> torch.Tensor:

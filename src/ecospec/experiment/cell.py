@@ -261,15 +261,18 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] 
     return s
 
 
+def cell_prompts(d: dict):
+    """The cell's prompts, counted within its split (heldout: the 20 % no predictor trained on); fails fast, before
+    any model loads."""
+    ds, split = d["dataset"], d.get("split", "heldout")
+    if ds["name"] == "mix":
+        return load_mix(ds["members"], ds["instances"], ds["seed"], d["num_prompts"], split=split)
+    return load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
+
+
 def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> None:
     """The cell's work: prompts, components, every prompt decoded (checkpointed), the AR baseline, the summary."""
-    ds = d["dataset"]
-    # fails fast, before any model; counted within the split (heldout: the 20 % no predictor trained on)
-    split = d.get("split", "heldout")
-    if ds["name"] == "mix":
-        prompts = load_mix(ds["members"], ds["instances"], ds["seed"], d["num_prompts"], split=split)
-    else:
-        prompts = load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
+    prompts = cell_prompts(d)
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
     comp = load_components(d, device)
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)

@@ -49,7 +49,12 @@ CELL_KEYS = (
     "seed",
     "split",  # heldout (the paper's protocol) or all: which prompts num_prompts counts in
     "trace_steps",  # what the record holds
+    "backend",  # hf (our engine) or vllm: identity only when not hf, with the server settings that change what runs
 )
+BACKENDS = ("hf", "vllm")
+# what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
+VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
+VLLM_METHODS = ("ar", "eagle3", "mtp", "draft", "ngram")  # vllm_backend.args.METHODS (not imported: stdlib here)
 # What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
 TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
 TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
@@ -91,6 +96,9 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     if out.get("expert_budget") is None:
         out.pop("expert_budget")
         out.pop("budget_policy")
+    backend = out.pop("backend", None) or {"name": "hf"}
+    if backend.get("name", "hf") != "hf":  # an hf cell keeps the id it had before the knob existed
+        out["backend"] = {k: backend.get(k) for k in VLLM_IDENTITY}
     return out
 
 
@@ -167,6 +175,8 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
     first 6 hex digits of cell_id (which also covers every other identity key, e.g. a predictor checkpoint)."""
     c = cell_config(cfg)
     head = "-".join([c["model"]["name"], c["method"]["name"], c["dataset"]["name"]])
+    if "backend" in c:
+        head += f"-{c['backend']['name']}"
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
@@ -431,6 +441,45 @@ def _family_top_k(model: Mapping) -> int | None:
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
 
 
+def _validate_backend(d: dict, kind: str | None) -> bool:
+    """The backend's own checks; True for a vLLM cell (fully checked here). What vLLM cannot run gets one line."""
+    b = d.get("backend") or {"name": "hf"}
+    name = b.get("name", "hf")
+    if name not in BACKENDS:
+        raise _bad("backend", name, f"allowed: {', '.join(BACKENDS)}")
+    method = d["method"]
+    if name == "hf":
+        if kind == "ngram":
+            raise _bad("method", method["name"], "n-gram drafting runs on backend=vllm only (the HF engine has none)")
+        return False
+    if method["name"] not in VLLM_METHODS:
+        raise _bad("method", method["name"], f"vLLM cannot run it (cost-aware tree selection, the oracle, GTO and "
+                   f"budgets are the HF engine's: backend=hf); on backend=vllm: {', '.join(VLLM_METHODS)}")  # fmt: skip
+    if d.get("expert_budget") is not None:
+        raise _bad("expert_budget", d["expert_budget"], "vLLM has no expert budget (MoE-Spec runs on backend=hf)")
+    if d.get("trace_steps"):
+        raise _bad("trace_steps", d["trace_steps"], "vLLM records no verify-pass traces (backend=hf)")
+    drafters = d["model"].get("drafters") or {}
+    if kind not in (None, "ngram") and kind not in drafters:
+        raise ConfigError(f"method={method['name']} needs a {kind} drafter, but model={d['model']['name']} has none "
+                          f"(model.drafters has: {', '.join(drafters) or 'nothing'})")  # fmt: skip
+    spec = drafters.get(kind) or {}
+    if kind in ("eagle3", "draft_model") and spec.get("path") in ("random", "perturbed"):
+        raise _bad(f"model.drafters.{kind}.path", spec["path"], "vLLM loads a drafter checkpoint (a path or HF id)")
+    if d["model"].get("source") == "random":
+        raise _bad("model", d["model"]["name"], "a random preset has no checkpoint for vLLM to load: use model=tiny "
+                   "or a real model")  # fmt: skip
+    for key in ("max_model_len", "rounds", "warmups"):
+        v = b.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "warmups" else 1):
+            raise _bad(f"backend.{key}", v, "must be a positive integer")
+    for key in ("tp", "requests", "requests_per_seq"):
+        v = b.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise _bad(f"backend.{key}", v, "must be null or a positive integer")
+    return True
+
+
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
@@ -467,6 +516,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
 
     kind = drafter_kind(d)
     drafters = model.get("drafters") or {}
+    if _validate_backend(d, kind):
+        return  # a vLLM cell: the rest is the HF engine's
     if kind is None:
         if method["name"] != "ar":
             raise _bad("method.drafter", None, "only method=ar decodes without a drafter")

@@ -139,7 +139,7 @@ def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[
     except Exception as e:  # noqa: BLE001 - one clear line, and no process started
         record["error"] = f"{type(e).__name__}: {e}"
     else:
-        error = spawn_ranks(d, job_dir, ranks, body, made)
+        error = spawn_ranks(d, job_dir, ranks, run_job, body, made)
         if error is None:
             written = read_record(job_dir / RESULT)
             if written is not None and written.get("started", "") >= record["started"]:
@@ -150,27 +150,3 @@ def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[
     record["wall_s"] = time.perf_counter() - t0
     write_record(job_dir, record)
     return record
-
-
-def run_any(cfg, job_dir: str | Path) -> dict:
-    """The job the config names (`job`: cell, traces, predictor, gto or fig1a)."""
-    kind = job_kind(cfg)
-    if kind == "traces":
-        from ecospec.experiment.traces_job import run_traces
-
-        return run_traces(cfg, job_dir)
-    if kind == "predictor":
-        from ecospec.experiment.predictor_job import run_predictor
-
-        return run_predictor(cfg, job_dir)
-    if kind == "gto":
-        from ecospec.experiment.gto_job import run_gto
-
-        return run_gto(cfg, job_dir)
-    if kind == "fig1a":
-        from ecospec.bench.verify_latency import run_fig1a
-
-        return run_fig1a(cfg, job_dir)
-    from ecospec.experiment.cell import run_cell
-
-    return run_cell(cfg, job_dir)

@@ -19,10 +19,12 @@ from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import TABLE_NAMES, build_routing
 from ecospec.report.tables import SPECS, build_tables, fit_overheads
+from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
+from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_table
 
 # files a build rewrites or removes
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES]
+MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES, *VLLM_TABLES]
 
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
@@ -83,17 +85,19 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     recs = load_records(sources, since)
-    figures_job = _start_figures(recs.frame, out / "figures")
+    hf = recs.frame[recs.frame["backend"] != "vllm"]  # our engine's records: E, phase times, traces
+    figures_job = _start_figures(hf, out / "figures")
     costs = model_costs(recs.model_configs)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)
-    tables, missing = build_tables(recs.frame, defaults, costs, fit_overheads(recs.frame, costs), profiles)
+    tables, missing = build_tables(hf, defaults, costs, fit_overheads(hf, costs), profiles)
     routing_tables, routing_missing, routing_figures = build_routing(
-        recs.frame, recs.model_configs, costs, out / "figures", defaults
+        hf, recs.model_configs, costs, out / "figures", defaults
     )
-    tables += routing_tables
-    missing += routing_missing
+    vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / "figures")
+    tables += routing_tables + vllm_tables
+    missing += routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
     built = {t.name for t in tables}
     for name in MANAGED:
@@ -102,7 +106,7 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
                 (out / f"{name}.{ext}").unlink(missing_ok=True)
     moespec = next((t for t in tables if t.name == "moespec"), None)
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
-    figures = figures_job() + routing_figures + pareto + write_bench_figure(bench, out / "figures")
+    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / "figures")
     written += [Path(p) for f in figures for p in f.files]
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

@@ -5,11 +5,13 @@ Columns (the tables and figures read only these): experiment, cell, cell_id, pat
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
 max_new_tokens, num_prompts, split, seed, expert_budget), batch_buffer ("sequence" at B = 1), budget_policy (None
 without a budget), selector, drafter (the kind used: `default` resolved to the model's), drafter_path,
-predictor_checkpoint (learned predictors only), hardware, device, the summary metrics (alpha, E =
+predictor_checkpoint (learned predictors only), hardware, device, backend (hf or vllm), backend_tp, quantization
+(vLLM records: what the server reports), the summary metrics (alpha, E =
 experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s, t_step_s, tokens, steps,
 tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify, predictor_accuracy, top_k,
 num_experts, num_moe_layers, rho, passes, ar_experts_per_layer; budgeted cells also budget_error_rate,
-first_divergence, loglik_per_token, ar_loglik_per_token), expert_load ([MoE layers, N] int64 array or None) and
+first_divergence, loglik_per_token, ar_loglik_per_token; ar_source; vLLM records tpot_s, ttft_s, ar_tpot_s,
+ar_ttft_s, acceptance_by_position, requests), expert_load ([MoE layers, N] int64 array or None) and
 trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them).
 """
 
@@ -36,11 +38,12 @@ SUMMARY = (
     "steps", "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
     "predictor_accuracy", "top_k", "num_experts", "num_moe_layers", "rho", "passes",
     "ar_experts_per_layer", "budget_error_rate", "first_divergence", "loglik_per_token", "ar_loglik_per_token",
+    "ar_source", "tpot_s", "ttft_s", "ar_tpot_s", "ar_ttft_s", "acceptance_by_position", "requests",
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
     "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware",
-    "device", "alpha", "E",
+    "device", "backend", "backend_tp", "quantization", "alpha", "E",
     *SUMMARY[1:], "expert_load", "trace",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
@@ -169,6 +172,10 @@ def _row(rec: dict, path: Path) -> dict:
         else None,
         "hardware": env.get("hardware"),
         "device": env.get("device"),
+        # the engine: ours (hf; every record before the knob) or vLLM, with its tensor parallelism and quantization
+        "backend": (cfg.get("backend") or {}).get("name") or "hf",
+        "backend_tp": (cfg.get("backend") or {}).get("tp"),
+        "quantization": (env.get("storage") or {}).get("quantization"),
         "E": s.get("experts_per_layer"),
         **{k: s.get(k) for k in SUMMARY},
         "expert_load": rec.get("expert_load") if ok else None,
@@ -192,7 +199,8 @@ def find_files(dirs: Iterable[str | Path]) -> list[Path]:
 
 NUMERIC = ("temperature", "top_p", "alpha", "E", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s",
            "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
-           "predictor_accuracy", "rho", "ar_experts_per_layer")  # fmt: skip
+           "predictor_accuracy", "rho", "ar_experts_per_layer", "tpot_s", "ttft_s", "ar_tpot_s",
+           "ar_ttft_s")  # fmt: skip
 
 
 def frame_of(rows: list[dict]) -> pd.DataFrame:

@@ -294,11 +294,12 @@ def _target_summary(m: dict) -> list[str]:
 STAGES: list[Stage] = [
     Stage("corpus", _corpus_stage, summary=_corpus_summary),
     Stage("target", _target_stage, summary=_target_summary),
-    Stage("drafter", drafter_stage, summary=drafter_summary),  # EAGLE-3 head (ecospec.drafters.eagle3_train)
+    # EAGLE-3 head (ecospec.drafters.eagle3_train); revision 2: saved in the speculators layout
+    Stage("drafter", drafter_stage, summary=drafter_summary, revision="2"),
     Stage("traces", traces_stage, summary=traces_summary),  # routing traces for the predictor
     Stage("predictor", predictor_stage, summary=predictor_summary),  # expert predictor (ecospec.predictor)
     Stage("evaluate", evaluate_stage, summary=evaluate_summary),  # alpha, E, T_pred on HumanEval prompts
-    Stage("gto", gto_stage, summary=gto_summary, optional=True),  # the GTO head (method=gto), on first use
+    Stage("gto", gto_stage, summary=gto_summary, optional=True, revision="2"),  # the GTO head (method=gto), on use
 ]
 
 

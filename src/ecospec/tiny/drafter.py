@@ -1,7 +1,10 @@
 """Build stage: the tiny target's EAGLE-3 head, trained on the target's own hidden states and outputs.
 
 Teacher forcing plus two training-time-test steps (`ttt_steps=3`), on windows of the corpus stream;
-saved in the EAGLE repo layout (`midlayer.*`), which `load_eagle3` reads back like a public head.
+saved in the speculators layout (`layers.0.*`, top-level `eagle_aux_hidden_state_layer_ids` in HF indices: vLLM's own
+format, so `vllm serve` loads the build's head as it is), without `d2t`/`t2d` (its draft vocabulary is the whole
+vocabulary, for which vLLM refuses the tables); `load_eagle3` reads it back like a public head. Its attention has the
+target's shape (4 heads of 32: vLLM's CPU attention takes no head size below 32).
 
 Size: one decoder layer at the target's hidden size (64), as every public EAGLE-3 head; its cost is ~1 ms per
 forward on a CPU whatever its width, so a 3-level tree (3 forwards + tree bookkeeping) is ~4.5 ms against a
@@ -66,9 +69,9 @@ def drafter_stage(ctx) -> dict:
         ttt_steps=r.ttt_steps, seed=r.seed, progress=progress, eval_sequences=val,
     )  # fmt: skip
     bar.close()
-    save_eagle3(head, ctx.out / "head", layout="eagle")
+    save_eagle3(head, ctx.out / "head", layout="speculators")  # vLLM's own format
     log = head.train_log
-    return {"recipe": asdict(r), "layout": "eagle", **_log_metrics(log)}
+    return {"recipe": asdict(r), "layout": "speculators", **_log_metrics(log)}
 
 
 def _log_metrics(log) -> dict:

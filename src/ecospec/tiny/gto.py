@@ -78,7 +78,7 @@ def gto_stage(ctx) -> dict:
     head, log = train_gto(head, target, train, steps=r.steps, lr=r.lr, batch_size=r.batch_size, seq_len=r.seq_len,
                           settings=settings, warmup_steps=r.warmup_steps, seed=r.seed, progress=progress)  # fmt: skip
     bar.close()
-    save_eagle3(head, ctx.out / "head", layout="eagle")
+    save_eagle3(head, ctx.out / "head", layout="speculators")  # vLLM's own format
     tail = lambda xs: sum(xs[-20:]) / max(len(xs[-20:]), 1)  # noqa: E731
     return {"recipe": asdict(r), "reward_gain_first": tail(log.reward_gain[:20]),
             "reward_gain_last": tail(log.reward_gain), "accepted_first": tail(log.accepted[:20]),

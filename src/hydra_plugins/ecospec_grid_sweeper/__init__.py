@@ -67,7 +67,7 @@ class GridSweeper(BasicSweeper):
     def checked(self, jobs: List[List[str]]) -> List[List[str]]:  # noqa: UP006
         """The jobs whose config can run; each other job gets its failed record now and is dropped."""
         from ecospec.experiment.config import ConfigError, validate_job
-        from ecospec.experiment.job import run_any
+        from ecospec.experiment.dispatch import run_any
 
         runnable = []
         for overrides in jobs:
