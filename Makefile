@@ -33,7 +33,7 @@ bench:
 	cd benchmarks && $(PYTHON) engine_overhead.py
 
 demo:
-	$(PYTHON) run.py
+	$(PYTHON) run.py experiment=demo
 
 # the paper's tables (md, tex, csv), modeled GPU numbers and figures from experiments/*/*/result.json -> reports/
 tables:
@@ -58,7 +58,7 @@ sync:
 	WANDB_DIR=$(EXPERIMENTS) $(PYTHON) -m wandb sync $$runs
 
 # From nothing to the paper's Table 1 for one model: routing traces -> expert predictor -> the Table 1 grid ->
-# make tables, chained with Slurm job dependencies (CLUSTER=local: one after another here). README, "Reproducing
+# make tables, chained with Slurm job dependencies (CLUSTER=local: one after another here). docs/cluster.md, "Reproducing
 # the paper on a cluster". ARGS: more options of python -m ecospec.experiment.paper (--set k=v, --dry-run, ...)
 MODEL ?= qwen3
 CLUSTER ?= slurm_gpu

@@ -32,9 +32,9 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "fig1a", "gto", "moespec", "moespec_deepseek", "moespec_gptoss", "moespec_qwen3", "overlap_e2e",
-        "overlap_e2e_tiny", "predictor", "table1", "table10", "table11_12", "table4", "table5", "table6_7", "table8",
-        "table9", "tiny_repro", "traces",
+        "demo", "fig1a", "gamma_protocol", "gto", "moespec", "moespec_deepseek", "moespec_gptoss", "moespec_qwen3",
+        "overlap_e2e", "overlap_e2e_tiny", "predictor", "table1", "table10", "table11_12", "table4", "table5",
+        "table6_7", "table8", "table9", "tiny_repro", "traces",
     ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
@@ -43,7 +43,8 @@ def test_presets_and_groups_are_the_ones_the_issue_names():
 def test_defaults_are_the_paper_setting_on_the_tiny_model():
     cfg = _compose()
     assert (cfg.model.name, cfg.method.name, cfg.dataset.name) == ("tiny", "ecospec", "humaneval")
-    assert (cfg.depth, cfg.topk, cfg.gamma, cfg.batch_size, cfg.temperature) == (3, 2, 4, 1, 0.0)
+    assert (cfg.depth, cfg.topk, cfg.batch_size, cfg.temperature) == (3, 2, 1, 0.0)
+    assert cfg.gamma == cfg.model.gamma  # the model's own (the paper's protocol chose it)
     assert cfg.logger.name == "none"
     validate(cfg)
 
@@ -54,7 +55,9 @@ def test_every_experiment_preset_composes(experiment):
     assert cfg.name == experiment
     sweeper = cfg.hydra.sweeper
     grids = [sweeper.params] if "params" in sweeper and sweeper.params else list(sweeper.grids)
-    assert all(len(g) for g in grids) and (grids or cfg.job in ("predictor", "gto", "fig1a"))  # one job per model
+    assert all(len(g) for g in grids) and (
+        grids or cfg.job in ("predictor", "gto", "fig1a", "demo")
+    )  # one job per model
     for grid in grids:  # every swept value composes
         for key, values in grid.items():
             for v in str(values).split(","):
@@ -183,12 +186,12 @@ def test_grid_sweeper_runs_the_union_of_tables_once():
     jobs = sweeper.jobs([])
     keys = [tuple(sorted(j)) for j in jobs]
     assert len(keys) == len(set(keys))
-    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 4), 5 (2 x 4), 6-7 (2 x 4 x 2 batch sizes
+    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 6), 5 (2 x 4), 6-7 (2 x 4 x 2 batch sizes
     # and the batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
     # Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's gamma-4 cells in
     # Table 11-12, are listed twice and skipped by their ok record the second time.)
     # + Table 5: gto, gto_ecospec x 4; + MoE-Spec: 6 budgets x 4 and EcoSpec + MoE-Spec 3 budgets x 4
-    assert len(jobs) == 28 + 2 + 6 + 4 + 56 - 1 + 16 + 8 + 8 + 8 + 24 + 12
+    assert len(jobs) == 28 + 2 + 6 + 4 + 84 - 1 + 16 + 8 + 8 + 8 + 24 + 12
     assert sum("method=oracle" in j for j in jobs) == 2
     narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
     assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)
@@ -555,3 +558,22 @@ def test_moespec_cells_measure_the_quality_they_give_up(cell):
     t = table_moespec(load_records([full_dir, tight_dir]).frame)
     assert list(zip(t["Method"], t["Budget"], strict=True)) == [("MoE-Spec", "B=16"), ("MoE-Spec (substitute)", "B=4")]
     assert t["E"].iloc[1] <= 4 and t["budget_error_rate"].iloc[0] == 0.0
+
+
+def test_demo_sets_ecospec_beside_the_baseline_and_ar_and_keeps_its_record(tmp_path):
+    """`make demo`'s job on a random model: one table (AR, the model's own drafter, EcoSpec), a sentence, a figure;
+    the second run prints the kept record."""
+    cmd = [sys.executable, "run.py", "experiment=demo", "model=tiny_random", "demo.datasets=[humaneval]",
+           "demo.prompts_per_dataset=2", "max_new_tokens=8", f"out_dir={tmp_path}", "progress=false"]  # fmt: skip
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    lines = first.stdout.splitlines()
+    rows = [ln.split()[0] for ln in lines if ln.startswith(("AR ", "Draft model", "EcoSpec ")) and ln.endswith("%")]
+    assert rows == ["AR", "Draft", "EcoSpec"] and any("fewer experts per layer than Draft model" in ln for ln in lines)
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "demo").rglob("result.json")]
+    s = record["summary"]
+    assert record["kind"] == "demo" and s["gamma"] == 4 and s["prompts"] == 2
+    assert all(m["matches_ar"] == 1.0 for m in s["methods"].values())  # greedy: lossless
+    assert s["methods"]["AR"]["speedup"] <= 1.0 + 1e-9 and Path(s["figure"]).is_file()
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and "(existing record)" in second.stdout

@@ -142,8 +142,17 @@ def _frame(records):
     return records_frame((r, f"/x/{i}/result.json") for i, r in enumerate(records)).frame
 
 
+def _k3(recs) -> list[dict]:
+    """The tiny model's greedy B = 1 SD records at gamma 4 (K = 3: the cells the overlap paper's analyses use; the
+    tiny model's own gamma, its Table 1 cells', is another)."""
+    return [r for r in recs if r["status"] == "ok" and r["config"]["model"]["name"] == "tiny"
+            and r["config"]["method"]["name"] != "ar" and r["config"]["gamma"] == 4
+            and r["config"]["temperature"] == 0 and r["config"]["batch_size"] == 1
+            and r["config"].get("expert_budget") is None]  # fmt: skip
+
+
 def test_te_measured_and_predicted_on_a_synthetic_record(recs):
-    sd = next(r for r in recs if r.get("trace") and r["config"]["temperature"] == 0)
+    sd = _k3(recs)[0]
     frame = _frame([sd])
     table, cells = te_table(frame, {"tiny": _cost()})
     ours = table[table["Source"] == "ours"]
@@ -173,7 +182,7 @@ def test_routing_tables_and_figures_are_written(recs, tmp_path):
     traced = [r for r in recs if r.get("trace")]
     ar = [r for r in recs if r["experiment"] == "table1" and r["config"]["model"]["name"] == "tiny"
           and r["config"]["method"]["name"] == "ar" and r["status"] == "ok"]  # fmt: skip
-    _write(tmp_path / "experiments", traced[:6] + ar[:4])
+    _write(tmp_path / "experiments", traced[:6] + ar[:4] + _k3(recs)[:2])
     written = {p.name for p in build([tmp_path / "experiments"], tmp_path / "reports")}
     for name in ("overlap_te_paper", "overlap_te", "overlap_step1", "overlap_distance", "overlap_layers",
                  "overlap_unique", "overlap_acceptance", "overlap_heldout"):  # fmt: skip

@@ -245,9 +245,12 @@ def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     default = [st.name for st in tiny_build.STAGES if not st.optional]
     assert list(first["stages"]) == default and "gto" not in default  # optional stages only on request
     assert [s["status"] for s in first["stages"].values()] == ["built"] * len(default)
-    for name in ("corpus", "target", "drafter", "traces", "predictor", "evaluate"):
+    for name in ("corpus", "target", "drafter", "traces", "predictor", "evaluate", "calibrate"):
         done = json.loads((root / name / "done.json").read_text())
         assert done["stage"] == name and done["seconds"] >= 0
+    cal = first["stages"]["calibrate"]["metrics"]  # the head's draft temperature, one per depth, fitted
+    assert len(cal["temperature"]) == 3 and all(t > 0 for t in cal["temperature"]) and cal["samples"] > 0
+    assert cal["nll_after"] <= cal["nll_before"] + 1e-9
     target_metrics = first["stages"]["target"]["metrics"]
     assert target_metrics["heldout_loss"] < target_metrics["heldout_loss_init"]
     assert first["stages"]["corpus"]["metrics"]["sha256"]
@@ -287,7 +290,7 @@ def test_build_cache_reuse(tmp_path, monkeypatch, capsys):
     other = replace(MICRO, evaluate=replace(MICRO.evaluate, prompts=1))
     third = tiny_build.build(other, progress=False, threads=1)
     assert third["root"] != first["root"]
-    assert [s["status"] for s in third["stages"].values()] == ["copied"] * 5 + ["built"]
+    assert [s["status"] for s in third["stages"].values()] == ["copied"] * 5 + ["built"] * 2  # evaluate, calibrate
     monkeypatch.undo()
 
 

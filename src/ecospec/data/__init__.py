@@ -28,7 +28,7 @@ from ecospec.data.benchmarks import DATASETS
 from ecospec.data.encode import encode_turn
 from ecospec.data.formats import Prompt
 from ecospec.data.humaneval import humaneval_prompts
-from ecospec.data.loading import DatasetUnavailableError, PromptSet, fetch_all, load_mix, load_prompts
+from ecospec.data.loading import DatasetUnavailableError, PromptSet, fetch_all, load_mix, load_prompts, unavailable
 
 __all__ = [
     "DATASETS",
@@ -40,4 +40,5 @@ __all__ = [
     "humaneval_prompts",
     "load_mix",
     "load_prompts",
+    "unavailable",
 ]

@@ -101,6 +101,16 @@ def _load(name: str, limit: int | None, source: str | Path | None, fallback: boo
     return PromptSet(prompts if limit is None else prompts[:limit], source=label)
 
 
+def unavailable(name: str) -> str | None:
+    """Why benchmark `name` cannot be loaded here (no Hub, no cache, no vendored copy), or None when it can: what
+    a sweep checks once per dataset before it launches cells that would each fail on it."""
+    try:
+        _load(name, 1, None, fallback=True)
+    except DatasetUnavailableError as e:
+        return str(e)
+    return None
+
+
 def fetch_all(names: tuple[str, ...] | list[str] = DATASETS) -> None:
     """Download every benchmark into the Hugging Face datasets cache (``make data``); report each, fail at the end.
     Vendored copies do not count: a dataset the Hub cannot serve is reported as failed."""

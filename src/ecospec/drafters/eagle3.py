@@ -393,10 +393,19 @@ class Eagle3Drafter:
         self,
         head: Eagle3Head,
         target_embedding: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None,
+        temperature: float | tuple[float, ...] = 1.0,
     ):
         if head.embed_tokens is None and target_embedding is None:
             raise ValueError("the head has no embed_tokens of its own: pass the target's input embedding")
+        temps = tuple(temperature) if isinstance(temperature, list | tuple) else (temperature,)
+        if not temps or not all(float(x) > 0 for x in temps):
+            raise ValueError(f"temperature={temperature}: the draft logits' temperature must be > 0")
         self.head = head
+        # the draft distribution is softmax(logits / temperature), one temperature or one per draft depth (the
+        # last for deeper ones): a calibration (analysis.calibration) that makes the cumulative draft probabilities
+        # the confidence selector ranks by track the target's acceptance
+        self.temperature: float | tuple[float, ...] = temps[0] if len(temps) == 1 else tuple(map(float, temps))
+        self.logits_log: list[torch.Tensor] | None = None  # a list: every draft distribution's logits (calibration)
         self.embed = head.embed_tokens if head.embed_tokens is not None else target_embedding
         self.vocab_size = head.config.vocab_size
         self.hidden_layers = head.config.aux_hidden_layers
@@ -440,11 +449,21 @@ class Eagle3Drafter:
             ids = moved(ids, weight.device)
         return moved(self.embed(ids), self.head.device, self.head.dtype)
 
-    def _topk_children(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _topk_children(self, out: torch.Tensor, k: int, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k children of the nodes whose head outputs are `out`; the children sit at draft `depth`."""
         logits = self.head.logits(out)
         if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
-        logp = torch.log_softmax(logits, dim=-1)  # temperature 1
+        t = (
+            self.temperature
+            if isinstance(self.temperature, float | int)
+            else self.temperature[min(depth, len(self.temperature)) - 1]
+        )
+        if t != 1.0:
+            logits = logits / t
+        if self.logits_log is not None:
+            self.logits_log.append(logits)
+        logp = torch.log_softmax(logits, dim=-1)
         vals, draft_ids = torch.topk(logp, k, dim=-1)
         if self.head.config.draft_vocab_size == self.vocab_size and not self._mapped:  # draft id = target id
             return vals, draft_ids
@@ -508,7 +527,7 @@ class Eagle3Drafter:
             self._root_out = out[:, counts[0] - 1]
         else:
             self._root_out = out[torch.arange(len(counts)), torch.tensor(counts) - 1]
-        return self._topk_children(self._root_out, topk)
+        return self._topk_children(self._root_out, topk, 1)
 
     @torch.no_grad()
     def begin_positions(
@@ -539,7 +558,7 @@ class Eagle3Drafter:
         s.dense = False  # each row sees its own prefix of the shared entries
         self._topk = topk
         self._root_out = out[0, torch.tensor(positions, device=dev)]
-        return self._topk_children(self._root_out, topk)
+        return self._topk_children(self._root_out, topk, 1)
 
     @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -563,7 +582,8 @@ class Eagle3Drafter:
         for depth_nodes in aligned_levels(levels):
             self._run_level(trees, depth_nodes)
         outs = self._gather([[outs[n] for n in b] for b, outs in zip(beams, self._node_out, strict=True)])
-        return self._topk_children(outs if isinstance(outs, torch.Tensor) else torch.stack(outs), k)
+        depth = trees[0].depths[beams[0][0]] + 1  # the beams are alike: one level of every row
+        return self._topk_children(outs if isinstance(outs, torch.Tensor) else torch.stack(outs), k, depth)
 
     def _run_level(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
         """One head forward over one tree level of every row (nodes[b]: row b's nodes, all at one depth)."""

@@ -313,12 +313,21 @@ def one_line(record: dict) -> str:
         return f"{record['cell']}{skipped}: {s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
     if record.get("kind") == "fig1a":
         return f"{record['cell']}{skipped}: {s['points']} verify-latency points ({', '.join(s['impls'])}) -> {s['out']}"
+    if record.get("kind") == "demo":
+        from ecospec.experiment.demo_job import table
+
+        return f"{table(s)}\nfigure: {s['figure']}{skipped}"
     if record.get("kind") == "predictor":
         return (
             f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "
             f"published {', '.join(s['published'])} -> {s['store']}"
         )
     clock = " (CPU wall clock)" if record.get("env", {}).get("device") == "cpu" else ""
+    if ((record.get("config") or {}).get("backend") or {}).get("name") == "vllm":  # vLLM reports no experts
+        return (
+            f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  TPOT {1e3 * s['tpot_s']:.2f} ms vs AR "
+            f"{1e3 * s['ar_tpot_s']:.2f} ms  speedup {s['speedup']:.2f}x (vLLM{', CPU wall clock' if clock else ''})"
+        )
     return (
         f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
         f"speedup {s['speedup']:.2f}x vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB (est.)"

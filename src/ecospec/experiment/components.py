@@ -130,6 +130,19 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
     return target, AutoTokenizer.from_pretrained(model["target"])
 
 
+def _draft_temperature(kind: str, model: dict) -> float | tuple[float, ...]:
+    """The EAGLE-3 head's draft temperature: `drafters.<kind>.temperature`, a number, null (1.0) or `calibrated`
+    (the tiny build's fitted one, `tiny.calibrate`)."""
+    value = ((model.get("drafters") or {}).get(kind) or {}).get("temperature")
+    if value is None:
+        return 1.0
+    if value == "calibrated":
+        from ecospec.tiny.calibrate import calibrated_temperature
+
+        return calibrated_temperature(_tiny_dirs(model))
+    return tuple(map(float, value)) if isinstance(value, list | tuple) else float(value)
+
+
 def _drafter(kind: str | None, model: dict, target):
     if kind is None:
         return None
@@ -173,7 +186,7 @@ def _drafter(kind: str | None, model: dict, target):
                 where = _tiny_dirs(model)["drafter"] / "head"
             head = load_eagle3(where, target.config)
         head = head.to(device=target.device, dtype=target.dtype).eval()
-        return Eagle3Drafter(head, target.get_input_embeddings())
+        return Eagle3Drafter(head, target.get_input_embeddings(), temperature=_draft_temperature(kind, model))
     if kind == "mtp":
         from ecospec.drafters.mtp import MtpDrafter, MtpHead, init_random_weights
         from ecospec.drafters.mtp_checkpoint import load_mtp

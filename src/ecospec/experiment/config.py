@@ -25,7 +25,9 @@ from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 SOURCES = ("tiny", "random", "hf")
 DRAFTERS = ("eagle3", "mtp", "draft_model", "gto")  # gto: an EAGLE-3 head trained further with GTO
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor", "gto", "fig1a")  # fig1a: the verify-latency benchmark (ecospec.bench)
+JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
+# demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
+DEMO_KEYS = ("gamma", "depth", "topk", "max_new_tokens", "seed", "split")
 BATCH_BUFFERS = ("sequence", "batch")  # engine.batch_loop.BATCH_BUFFERS (not imported: validation loads no torch)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
@@ -82,7 +84,8 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
         v = cfg.get(k)
         out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
     # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
-    out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads")}
+    # the model's gamma is only the default of the cell's own (resolved into `gamma`, which identifies it)
+    out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads", "gamma")}
     # only the drafter the cell uses identifies it: a drafter added to a model config must not rename its cells
     used = out["method"].get("drafter")
     used = out["model"].get("default_drafter") if used == "default" else used
@@ -129,7 +132,7 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     kind = job_kind(cfg)
     if kind == "cell":
         return cell_config(cfg)
-    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "num_prompts")
+    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "demo", "num_prompts")
     d = {k: cfg.get(k) for k in keys}  # not `hydra`
     d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
     out = {"job": kind, "model": _model_identity(d["model"], kind)}
@@ -142,6 +145,8 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
         out["gto"] = {k: g.get(k) for k in GTO_KEYS}
     elif kind == "fig1a":
         out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
+    elif kind == "demo":
+        out["demo"] = {**dict(d.get("demo") or {}), **{k: cfg.get(k) for k in DEMO_KEYS}}
     else:
         t = d.get("training") or {}
         out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
@@ -300,8 +305,22 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         problem = settings_problem(d.get("fig1a") or {})
         if problem:
             raise ConfigError(f"fig1a.{problem}")
+    elif kind == "demo":
+        validate_demo(d)
     else:
         validate(d, check_predictor=not awaiting)
+
+
+def validate_demo(d: Mapping) -> None:
+    """The demo's datasets and sizes, and every decoding knob a cell would check."""
+    s = d.get("demo") or {}
+    datasets = s.get("datasets")
+    if not datasets or isinstance(datasets, str):
+        raise _bad("demo.datasets", datasets, "a non-empty list of datasets")
+    for name in datasets:
+        _validate_dataset({"name": name}, "demo.datasets")
+    _positive_ints(s, (("prompts_per_dataset", 1),), "demo.")
+    validate(d)
 
 
 def validate_gto(d: Mapping) -> None:
@@ -529,6 +548,12 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
             f"method={method['name']} needs a {kind} drafter, but model={model['name']} has none "
             f"(model.drafters has: {have}); pick another method or set model.drafters.{kind}"
         )
+    temp = ((drafters.get(kind) or {}) if kind else {}).get("temperature")
+    if temp is not None and not (temp == "calibrated" and model["source"] == "tiny"):
+        temps = temp if isinstance(temp, list | tuple) and temp else [temp]  # one per draft depth, or one for all
+        if any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in temps):
+            raise _bad(f"model.drafters.{kind}.temperature", temp, "null (1.0), a number > 0, or calibrated (the "
+                       "tiny build's fitted draft temperature; model=tiny only)")  # fmt: skip
     if kind == "gto" and model["source"] != "tiny" and not (drafters["gto"] or {}).get("path"):
         if stored_gto(model) is None and check_predictor:
             raise ConfigError(

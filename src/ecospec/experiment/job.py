@@ -77,6 +77,8 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
         "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
+    if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
+        record["config"]["model"]["gamma"] = d["model"]["gamma"]  # tables hold each model at it (report.tables)
     t0 = time.perf_counter()
     try:
         validate_job(d)

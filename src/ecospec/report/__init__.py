@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
+from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
+from ecospec.report.gamma import build_gamma
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import TABLE_NAMES, build_routing
@@ -24,7 +26,7 @@ from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_table
 
 # files a build rewrites or removes
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES, *VLLM_TABLES]
+MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES, *VLLM_TABLES, GAMMA_TABLE]
 
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
@@ -96,8 +98,9 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
         hf, recs.model_configs, costs, out / "figures", defaults
     )
     vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / "figures")
-    tables += routing_tables + vllm_tables
-    missing += routing_missing + vllm_missing
+    gamma_tables, gamma_missing = build_gamma(hf, defaults)
+    tables += gamma_tables + routing_tables + vllm_tables
+    missing += gamma_missing + routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
     built = {t.name for t in tables}
     for name in MANAGED:

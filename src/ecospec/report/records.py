@@ -42,8 +42,8 @@ SUMMARY = (
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
-    "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint", "hardware",
-    "device", "backend", "backend_tp", "quantization", "alpha", "E",
+    "model_gamma", "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint",
+    "hardware", "device", "backend", "backend_tp", "quantization", "alpha", "E",
     *SUMMARY[1:], "expert_load", "trace",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
@@ -159,6 +159,7 @@ def _row(rec: dict, path: Path) -> dict:
         "method": method.get("name"),
         "dataset": cfg["dataset"].get("name"),
         **{k: cfg.get(k) for k in AXES},
+        "model_gamma": model.get("gamma"),  # the model's own gamma (records from before model.gamma: none)
         "split": cfg.get("split") or "all",  # records from before the split knob ran on every prompt
         # EcoSpec's expert buffer at B > 1: one per sequence (the paper; every record before the knob) or one shared
         "batch_buffer": (cfg.get("batch_buffer") or "sequence") if (cfg.get("batch_size") or 1) > 1 else "sequence",
@@ -268,6 +269,7 @@ def conf_defaults(model_configs: dict[str, dict]) -> dict[str, dict]:
             "default_drafter": cfg.get("default_drafter"),
             "drafters": {k: (v or {}).get("path") for k, v in (cfg.get("drafters") or {}).items()},
             "predictor": (cfg.get("predictor") or {}).get("checkpoint"),
+            "gamma": cfg.get("gamma"),  # the gamma the tables hold fixed for this model (None: the paper's 4)
         }
     return out
 

@@ -114,7 +114,7 @@ def _config(c: dict, seed: int) -> dict:
         "dataset": {"name": c["dataset"], "source": None},
         "temperature": c.get("T", 0.0),
         "top_p": 1.0,
-        "gamma": c.get("gamma", 4),
+        "gamma": c.get("gamma", model.get("gamma", 4)),  # the main cells at the model's own gamma (conf/model)
         "depth": 3,
         "topk": 2,
         "batch_size": c.get("B", 1),

@@ -4,7 +4,8 @@ DataFrame out, with the paper's value beside ours (a `paper` row under each `our
 A table frame has label columns (Model, T, Method, ..., Source) and numeric columns named "<group> <metric>"
 or "<metric>" (e.g. "GSM8K speedup", "Avg E", "t_verify_s"); `write.py` formats them, NaN shows as "—".
 Which records feed a table: status ok, the held-out split where a model has it (the paper's protocol), the paper's
-main settings (`MAIN`: γ=4, depth 3, top-2, B=1) except
+main settings (`MAIN`: each model's own γ, `model.gamma`, the paper's 4 unless experiment=gamma_protocol chose
+another; depth 3, top-2, B=1) except
 the axis the table sweeps, and each model's standard drafter and predictor checkpoints (conf/model; Table 5
 takes the other drafter checkpoints, Table 9 every predictor checkpoint). When several records fit one cell
 (reruns), the newest is taken. The "baseline" is the model's own SD baseline: confidence selection with
@@ -23,7 +24,8 @@ from ecospec.analysis.cost import ModelCost, fit_overhead, modeled_step
 from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.report.paper import paper_values
 
-MAIN = {"gamma": 4, "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1)
+MAIN = {"gamma": "model", "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1); γ: each model's
+PAPER_GAMMA = 4  # the γ the paper's rule chose for its models (App. C): a model without its own γ holds this
 MODELS = {"qwen3": "Qwen3-235B-A22B", "gptoss": "GPT-OSS-120B", "deepseek": "DeepSeek-V3.1"}
 DATASETS = {
     "gsm8k": "GSM8K", "humaneval": "HumanEval", "aime25": "AIME25", "math500": "MATH500", "amc": "AMC22-24",
@@ -66,6 +68,7 @@ def infer_defaults(frame: pd.DataFrame) -> dict[str, dict]:
             "default_drafter": eco.mode().iloc[0] if len(eco) else None,
             "drafters": {k: (s.mode().iloc[0] if s.notna().any() else None) for k, s in paths},
             "predictor": pred.mode().iloc[0] if len(pred) else None,
+            "gamma": int(g["model_gamma"].dropna().mode().iloc[0]) if g["model_gamma"].notna().any() else None,
         }
     return out
 
@@ -96,6 +99,11 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
         columns=["model", "drafter", "_path"],
     )
     df = df.merge(d, on="model", how="left").merge(paths, on=["model", "drafter"], how="left")
+    own = pd.Series({m: v.get("gamma") for m, v in defaults.items()}, dtype=object)
+    gamma = df["model"].map(own) if len(own) else pd.Series(None, index=df.index, dtype=object)
+    if "model_gamma" in df:  # the record's own model.gamma where the defaults name none
+        gamma = gamma.astype(object).where(gamma.notna(), df["model_gamma"])
+    df["model_gamma"] = pd.to_numeric(gamma, errors="coerce").fillna(PAPER_GAMMA).astype(int)
     same_path = df["drafter_path"].fillna("").astype(str) == df["_path"].fillna("").astype(str)
     same_pred = df["predictor_checkpoint"].isna() | (
         df["predictor_checkpoint"].astype(str) == df["_predictor"].fillna("").astype(str)
@@ -142,7 +150,9 @@ def _at(df: pd.DataFrame, mix: bool = False, **settings) -> pd.DataFrame:
     want = {**MAIN, **settings}
     mask = np.ones(len(df), dtype=bool) if mix else (df["dataset"] != "mix").to_numpy(copy=True)
     for k, v in want.items():
-        if v is not None:
+        if k == "gamma" and v == "model":
+            mask &= (df["gamma"] == df["model_gamma"]).to_numpy()
+        elif v is not None:
             mask &= (df[k] == v).to_numpy()
     return df[mask]
 

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 
 from ecospec.cache import cache_root, digest
+from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
+from ecospec.tiny.calibrate import recipe as calibrate_recipe
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
 from ecospec.tiny.drafter import DrafterRecipe, drafter_stage, drafter_summary
 from ecospec.tiny.evaluate import EvalRecipe, evaluate_stage, evaluate_summary
@@ -300,6 +302,8 @@ STAGES: list[Stage] = [
     Stage("predictor", predictor_stage, summary=predictor_summary),  # expert predictor (ecospec.predictor)
     Stage("evaluate", evaluate_stage, summary=evaluate_summary),  # alpha, E, T_pred on HumanEval prompts
     Stage("gto", gto_stage, summary=gto_summary, optional=True, revision="2"),  # the GTO head (method=gto), on use
+    # the EAGLE-3 head's draft temperature (ecospec.tiny.calibrate); last, so that no stage before it rebuilds
+    Stage("calibrate", calibrate_stage, recipe=calibrate_recipe, summary=calibrate_summary),
 ]
 
 

@@ -24,8 +24,9 @@ class EvalRecipe:
     topk: int = 2
 
 
-def load_components(dirs):
-    """(target, tokenizer, drafter, predictor) of a finished build."""
+def load_components(dirs, calibrated: bool = True):
+    """(target, tokenizer, drafter, predictor) of a finished build; the head drafts at the build's calibrated
+    temperature (`tiny.calibrate`) unless `calibrated` is False (or the build has no calibration yet)."""
     from transformers import AutoTokenizer
 
     from ecospec.drafters.eagle3 import Eagle3Drafter
@@ -36,7 +37,10 @@ def load_components(dirs):
     target = _load_model(dirs["target"] / "model")
     tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
     head = load_eagle3(dirs["drafter"] / "head", target.config)
-    drafter = Eagle3Drafter(head, target.get_input_embeddings())
+    from ecospec.tiny.calibrate import calibrated_temperature
+
+    temperature = calibrated_temperature(dirs) if calibrated else 1.0
+    drafter = Eagle3Drafter(head, target.get_input_embeddings(), temperature=temperature)
     predictor = ExpertPredictor.load(dirs["predictor"] / "final")
     return target, tokenizer, drafter, predictor
 

@@ -34,6 +34,11 @@ class GridSweeperConf:
     max_batch_size: Optional[int] = None  # noqa: UP045
     params: Optional[Dict[str, str]] = None  # noqa: UP006, UP045
     grids: List[Dict[str, str]] = field(default_factory=list)  # noqa: UP006
+    # cells of a benchmark this machine cannot load (no Hub, no cache, no offline copy): skip (said once) | fail
+    missing_data: str = "fail"
+    # the paper's gamma protocol: {key: gamma, by: 2, upto: 12} adds `by` more values of `key` to every grid that
+    # sweeps it while the best gamma (report.gamma.choose, from this sweep's records) sits at the upper end
+    extend: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="ecospec_grid", node=GridSweeperConf, provider="ecospec")
@@ -45,10 +50,18 @@ class GridSweeper(BasicSweeper):
         max_batch_size: Optional[int] = None,  # noqa: UP045
         grids: Optional[List[Dict[str, str]]] = None,  # noqa: UP006, UP045
         params: Optional[Dict[str, str]] = None,  # noqa: UP006, UP045
+        missing_data: str = "fail",
+        extend: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=None)
         self.grids = [dict(g) for g in (grids or [])] + ([dict(params)] if params else [])
         self.grids = self.grids or [{}]
+        if missing_data not in ("fail", "skip"):
+            raise ValueError(f"hydra.sweeper.missing_data={missing_data!r}: allowed: fail, skip")
+        self.missing_data = missing_data
+        self.extend = dict(extend) if extend else None
+        self._unavailable: Dict[str, Optional[str]] = {}  # noqa: UP006, UP045 - benchmark -> why it cannot load
+        self._said: set = set()
 
     def jobs(self, arguments: List[str]) -> List[List[str]]:  # noqa: UP006
         """Every cell's override list: each grid's product with the command line applied, duplicates dropped."""
@@ -82,16 +95,37 @@ class GridSweeper(BasicSweeper):
             runnable.append(overrides)
         return runnable
 
-    def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
-        jobs = self.jobs(arguments)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        runnable = self.checked(jobs)
-        log.info(f"{len(self.grids)} grids, {len(jobs)} distinct jobs, {len(jobs) - len(runnable)} not launched")
+    def with_data(self, jobs: List[List[str]]) -> List[List[str]]:  # noqa: UP006
+        """With `missing_data=skip`: the jobs whose benchmark loads here; the others are dropped, said once per
+        benchmark (no record: nothing ran, and a machine with the data runs them later)."""
+        if self.missing_data != "skip":
+            return jobs
+        from ecospec.data import DATASETS, unavailable
+
+        kept, dropped, why = [], {}, self._unavailable
+        for overrides in jobs:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            name, source = cfg.dataset.get("name"), cfg.dataset.get("source")
+            if name in DATASETS and source is None:
+                if name not in why:
+                    why[name] = unavailable(name)
+                if why[name]:
+                    dropped[name] = dropped.get(name, 0) + 1
+                    continue
+            kept.append(overrides)
+        for name, n in dropped.items():
+            if name not in self._said:
+                self._said.add(name)
+                log.warning(f"{name}: not available on this machine, its cells are skipped ({why[name]})")
+            log.info(f"{name}: {n} cells skipped")
+        return kept
+
+    def run_jobs(self, jobs: List[List[str]], start: int) -> List[Any]:  # noqa: UP006
+        runnable = self.checked(self.with_data(jobs))
+        log.info(f"{len(jobs)} distinct jobs, {len(jobs) - len(runnable)} not launched")
         self.overrides = list(self.split_overrides_to_chunks(runnable, self.max_batch_size)) if runnable else []
+        self.batch_index = 0  # the basic sweeper's cursor: a second round starts at its own first batch
         returns = []
-        start = 0
         while not self.is_done():
             batch = self.get_job_batch()
             results = self.launcher.launch(batch, initial_job_idx=start)
@@ -99,4 +133,42 @@ class GridSweeper(BasicSweeper):
                 _ = r.return_value  # re-raise a job's exception, as the basic sweeper does
             start += len(batch)
             returns.append(results)
+        return returns
+
+    def extension(self, arguments: List[str], sweep_dir: Path) -> List[Dict[str, str]]:  # noqa: UP006
+        """The grids to run next under `extend`: each grid that sweeps the key, with the next values (none when
+        the protocol's best sits inside the swept range, or the range reached `upto`)."""
+        from ecospec.report.gamma import chosen_gammas, extend_gammas
+        from ecospec.report.records import conf_defaults, load_records
+
+        key = self.extend.get("key", "gamma")
+        swept = [g for g in self.grids if key in g]
+        values = sorted({int(v) for g in swept for v in str(g[key]).split(",")})
+        if not values:
+            return []
+        recs = load_records([sweep_dir])
+        chosen = chosen_gammas(recs.frame, conf_defaults(recs.model_configs))
+        more = extend_gammas(values, chosen, int(self.extend.get("by", 2)), int(self.extend.get("upto", 12)))
+        for model, (g, at_end) in chosen.items():
+            log.info(f"gamma protocol: {model}: best {key} = {g}{' (the upper end)' if at_end else ''} of {values}")
+        if more:
+            log.info(f"gamma protocol: extending {key} by {more}")
+        return [{**g, key: ",".join(map(str, more))} for g in swept] if more else []
+
+    def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        jobs = self.jobs(arguments)
+        log.info(f"{len(self.grids)} grids")
+        returns = self.run_jobs(jobs, 0)
+        while self.extend:
+            grids = self.extension(arguments, sweep_dir)
+            if not grids:
+                break
+            self.grids = self.grids + grids
+            seen = {tuple(sorted(j)) for j in jobs}
+            new = [j for j in self.jobs(arguments) if tuple(sorted(j)) not in seen]
+            jobs += new
+            returns += self.run_jobs(new, sum(len(r) for r in returns))
         return returns

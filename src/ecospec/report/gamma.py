@@ -1,0 +1,126 @@
+"""The EcoSpec paper's γ protocol (Appendix C): sweep the verification budget for the model's baseline drafter and
+EcoSpec on its benchmarks, and take the γ with the highest end-to-end speedup averaged over both methods and the
+datasets. Ties go to the smaller γ (a smaller verify pass is the cheaper bet); a γ only EcoSpec ran at is never
+chosen, so the budget is never picked on the method under test alone.
+
+`experiment=gamma_protocol` runs the sweep (its sweeper extends the range by 2 while the best γ sits at the upper
+end, up to 12: `extend_gammas`); `make tables` writes `gamma_protocol.md` from the records; the chosen γ goes into
+the model config (`model.gamma`), which the tables that hold γ fixed then use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from ecospec.report.tables import DATASETS, Table, _at, _clock, _newest, model_label, prepare, sweeps
+
+METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
+
+
+def protocol_cells(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
+    """Greedy baseline and EcoSpec cells at every γ (other settings at the main ones), the newest per cell."""
+    df = prepare(frame, defaults)
+    df = df[df["standard"] & df["role"].isin(METHODS) & df["backend"].fillna("hf").eq("hf")]
+    df = _at(df, gamma=None, temperature=0.0)
+    return _newest(df, ["model", "role", "dataset", "gamma"])
+
+
+def choose(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model: every γ with both methods' mean speedup over the datasets both ran, their average (the protocol's
+    score), and `chosen` on the best (ties: the smaller γ). Columns: model, gamma, baseline, ecospec, score,
+    datasets, chosen, upper_end (the chosen γ is the largest swept: the sweep should go on)."""
+    rows = []
+    for (model, gamma), g in cells.groupby(["model", "gamma"], sort=True):
+        by = g.pivot_table(index="dataset", columns="role", values="speedup", aggfunc="mean")
+        if not set(METHODS) <= set(by.columns):
+            continue  # one method only at this γ: no protocol score (never chosen on EcoSpec alone)
+        both = by.dropna(subset=list(METHODS))
+        if both.empty:
+            continue
+        means = {m: float(both[m].mean()) for m in METHODS}
+        rows.append({"model": model, "gamma": int(gamma), **means, "score": (means["baseline"] + means["ecospec"]) / 2,
+                     "datasets": len(both)})  # fmt: skip
+    out = pd.DataFrame(rows, columns=["model", "gamma", *METHODS, "score", "datasets"])
+    out["chosen"] = False
+    out["upper_end"] = False
+    for _, g in out.groupby("model", sort=False):
+        best = g.sort_values(["score", "gamma"], ascending=[False, True], kind="stable").index[0]
+        out.loc[best, "chosen"] = True
+        out.loc[best, "upper_end"] = bool(out.loc[best, "gamma"] == g["gamma"].max())
+    return out
+
+
+def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
+    """One row per model × γ: speedup per method and dataset, each method's mean, the protocol's score, the choice."""
+    cells = protocol_cells(frame, defaults)
+    if cells.empty:
+        return pd.DataFrame()
+    choice = choose(cells)
+    wide = cells.pivot_table(index=["model", "gamma"], columns=["role", "dataset"], values="speedup", aggfunc="mean")
+    rows = []
+    for r in choice.itertuples():
+        row = {"Model": model_label(r.model), "γ": r.gamma}
+        for role, label in (("baseline", _baseline_label(cells, r.model)), ("ecospec", "EcoSpec")):
+            for d in [k for k in DATASETS if (role, k) in wide.columns] + [
+                k for k in sorted({c[1] for c in wide.columns}) if k not in DATASETS
+            ]:
+                if (role, d) in wide.columns:
+                    row[f"{label} {DATASETS.get(d, d)} speedup"] = wide.loc[(r.model, r.gamma), (role, d)]
+            row[f"{label} mean speedup"] = getattr(r, role)
+        row["Score speedup"] = r.score
+        # EcoSpec against the baseline at this γ (means over the datasets both ran): speedup, α and E ratios
+        at = cells[(cells["model"] == r.model) & (cells["gamma"] == r.gamma)]
+        means = at.groupby("role")[["alpha", "E"]].mean()
+        row["EcoSpec / baseline speedup"] = r.ecospec / r.baseline
+        row["α ratio"] = means.loc["ecospec", "alpha"] / means.loc["baseline", "alpha"]
+        row["E ratio"] = means.loc["ecospec", "E"] / means.loc["baseline", "E"]
+        row["Chosen"] = "◀ chosen" if r.chosen else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _baseline_label(cells: pd.DataFrame, model: str) -> str:
+    labels = cells.loc[(cells["model"] == model) & (cells["role"] == "baseline"), "label"].dropna()
+    return labels.mode().iloc[0] if len(labels) else "Baseline"
+
+
+def chosen_gammas(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> dict[str, tuple[int, bool]]:
+    """model -> (the protocol's γ, whether it sits at the upper end of the sweep) from the records in `frame`."""
+    choice = choose(protocol_cells(frame, defaults))
+    return {r.model: (int(r.gamma), bool(r.upper_end)) for r in choice[choice["chosen"]].itertuples()}
+
+
+def extend_gammas(swept: list[int], chosen: Mapping[str, tuple[int, bool]], by: int = 2, upto: int = 12) -> list[int]:
+    """The γ values to add to a sweep whose best γ sits at its upper end (for any model): the next `by`, at most
+    `upto`; none when every model's best is inside the range."""
+    top = max(swept)
+    if not any(at_end for _, at_end in chosen.values()) or top >= upto:
+        return []
+    return list(range(top + 1, min(top + by, upto) + 1))
+
+
+TABLE_NAME = "gamma_protocol"
+
+
+def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> tuple[list[Table], list[str]]:
+    """The protocol's table (and `Table` list for the writer), or its label among the missing ones."""
+    table = protocol_table(frame, defaults)
+    if table.empty:
+        return [], ["γ protocol"]
+    used = protocol_cells(frame, defaults)
+    chosen = chosen_gammas(frame, defaults)
+    said = "; ".join(
+        f"{model_label(m)}: γ = {g}" + (" (the largest swept: extend the sweep)" if end else "")
+        for m, (g, end) in chosen.items()
+    )
+    note = (
+        "The EcoSpec paper's rule (App. C): per γ, each method's speedup vs AR averaged over the datasets both methods "
+        "ran (T = 0, standard drafter and predictor); Score = the mean of the two methods' means; the chosen γ has the "
+        f"highest score (ties: the smaller γ; never chosen on EcoSpec alone). Chosen: {said}. Put it in "
+        f"conf/model/<model>.yaml as `gamma:` (the tables that hold γ fixed use it). From {len(used)} records "
+        f"(sweeps: {sweeps(used)}).{_clock(used)}"
+    )
+    return [Table(TABLE_NAME, "γ protocol", "Choosing the verification budget γ (the paper's rule)", note, table,
+                  False, used)], []  # fmt: skip

@@ -1,0 +1,145 @@
+"""The paper's γ protocol: its choice (both methods, ties to the smaller γ, never on EcoSpec alone), its table, the
+sweep's extension while the best sits at the upper end, and the model's own γ as the cells' default."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+
+from ecospec.experiment.config import as_dict, cell_id, cell_name
+from ecospec.report.gamma import build_gamma, choose, chosen_gammas, extend_gammas, protocol_cells, protocol_table
+from ecospec.report.records import frame_of
+from ecospec.report.tables import table01_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(method: str, gamma: int, dataset: str, speedup: float, model: str = "tiny") -> dict:
+    return {
+        "experiment": "gamma_protocol", "cell": f"{model}-{method}-{dataset}-g{gamma}", "cell_id": f"{method}{gamma}",
+        "path": "x", "status": "ok", "finished": datetime(2026, 1, 1, tzinfo=UTC).isoformat(), "model": model,
+        "method": method, "dataset": dataset, "temperature": 0.0, "top_p": 1.0, "gamma": gamma, "depth": 3, "topk": 2,
+        "batch_size": 1, "max_new_tokens": 64, "num_prompts": 8, "split": "heldout", "seed": 0,
+        "selector": "ecospec" if method == "ecospec" else "confidence",
+        "drafter": "eagle3", "drafter_path": None, "predictor_checkpoint": "final" if method == "ecospec" else None,
+        "hardware": "Test CPU", "device": "cpu", "backend": "hf", "alpha": 2.0, "E": 10.0, "speedup": speedup,
+        "matches_ar": 1.0, "tokens_per_s": 100.0 * speedup,
+    }  # fmt: skip
+
+
+DEFAULTS = {"tiny": {"default_drafter": "eagle3", "drafters": {"eagle3": None}, "predictor": "final"}}
+
+
+def _frame(speedups: dict[tuple[str, int], float], datasets=("gsm8k", "humaneval"), **kw) -> pd.DataFrame:
+    return frame_of([_row(m, g, d, s, **kw) for (m, g), s in speedups.items() for d in datasets])
+
+
+def test_choice_averages_both_methods_and_ties_go_to_the_smaller_gamma():
+    # EcoSpec alone peaks at 6, EAGLE-3 at 4: the average over both picks 5; 7 ties 5 and loses to it
+    s = {("eagle3", 4): 1.5, ("ecospec", 4): 1.3, ("eagle3", 5): 1.4, ("ecospec", 5): 1.6,
+         ("eagle3", 6): 1.1, ("ecospec", 6): 1.7, ("eagle3", 7): 1.5, ("ecospec", 7): 1.5}  # fmt: skip
+    choice = choose(protocol_cells(_frame(s), DEFAULTS))
+    got = choice.set_index("gamma")
+    assert got.loc[5, "score"] == got.loc[7, "score"] == 1.5
+    assert list(got.index[got["chosen"]]) == [5] and not got.loc[5, "upper_end"]
+    assert chosen_gammas(_frame(s), DEFAULTS) == {"tiny": (5, False)}
+
+
+def test_a_gamma_only_ecospec_ran_at_is_never_chosen_and_upper_end_asks_for_more():
+    s = {("eagle3", 3): 1.2, ("ecospec", 3): 1.2, ("eagle3", 4): 1.3, ("ecospec", 4): 1.4, ("ecospec", 5): 3.0}
+    assert chosen_gammas(_frame(s), DEFAULTS) == {"tiny": (4, True)}
+    assert extend_gammas([3, 4, 5, 6, 7, 8], {"tiny": (8, True)}) == [9, 10]
+    assert extend_gammas([3, 4, 5, 6, 7, 8, 9, 10, 11], {"tiny": (11, True)}) == [12]
+    assert extend_gammas([3, 4, 5, 6, 7, 8], {"tiny": (6, False)}) == []
+    assert extend_gammas([10, 11, 12], {"tiny": (12, True)}) == []
+
+
+def test_protocol_table_marks_the_choice_and_names_it():
+    s = {("eagle3", 4): 1.2, ("ecospec", 4): 1.3, ("eagle3", 6): 1.4, ("ecospec", 6): 1.5}
+    table = protocol_table(_frame(s), DEFAULTS)
+    assert list(table["γ"]) == [4, 6] and list(table["Chosen"]) == ["", "◀ chosen"]
+    assert table.loc[1, "EAGLE-3 GSM8K speedup"] == 1.4 and table.loc[1, "EcoSpec mean speedup"] == 1.5
+    assert abs(table.loc[1, "Score speedup"] - 1.45) < 1e-12
+    (built,), missing = build_gamma(_frame(s), DEFAULTS)
+    assert not missing and "γ = 6" in built.note
+    assert build_gamma(frame_of([]), DEFAULTS) == ([], ["γ protocol"])
+
+
+def test_main_tables_hold_each_model_at_its_own_gamma():
+    s = {("eagle3", 4): 1.2, ("ecospec", 4): 1.3, ("eagle3", 6): 1.4, ("ecospec", 6): 1.5}
+    frame = _frame(s)
+    at4 = table01_main(frame, DEFAULTS)  # no model.gamma anywhere: the paper's 4
+    at6 = table01_main(frame, {"tiny": {**DEFAULTS["tiny"], "gamma": 6}})
+    col = "GSM8K speedup"
+    assert sorted(at4[col].dropna()) == [1.2, 1.3] and sorted(at6[col].dropna()) == [1.4, 1.5]
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_gamma_defaults_to_the_models_and_gamma_4_models_keep_their_ids():
+    cfg = _compose("model=qwen3")
+    assert as_dict(cfg)["gamma"] == 4 == cfg.model.gamma
+    plain = _compose("model=qwen3", "~model.gamma", "gamma=4")  # as every cell was before model.gamma existed
+    assert cell_id(cfg) == cell_id(plain) and cell_name(cfg) == cell_name(plain)
+    tuned = _compose("model=tiny", "model.gamma=6")
+    assert as_dict(tuned)["gamma"] == 6 and "-g6-" in cell_name(tuned)
+    assert cell_id(tuned) == cell_id(_compose("model=tiny", "gamma=6"))  # only the resolved gamma identifies it
+    assert as_dict(_compose("model=tiny", "model.gamma=6", "gamma=3"))["gamma"] == 3
+
+
+def test_protocol_sweep_skips_missing_benchmarks_once_and_extends_gamma(tmp_path):
+    """run.py's sweeper on a random model: the benchmark without an offline copy is said once and not run; the best
+    γ at the upper end (2, 3) makes the sweep go on (4, 5) and stop at `upto`."""
+    out = tmp_path / "exp"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    cmd = [
+        sys.executable, "run.py", "-m", "experiment=gamma_protocol", "model=tiny_random", "num_prompts=1",
+        "max_new_tokens=6", f"out_dir={out}", "progress=false", "ar_peer=none",
+        "hydra.sweeper.grids=[{method:'baseline,ecospec',dataset:'humaneval,aime25',gamma:'2,3'}]",
+        "hydra.sweeper.extend.upto=5",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert log.count("aime25: not available on this machine") == 1, log[-3000:]  # said once, for both rounds
+    paths = sorted((out / "gamma_protocol").rglob("result.json"))
+    records = [json.loads(p.read_text()) for p in paths]
+    assert {r["config"]["dataset"]["name"] for r in records} == {"humaneval"}
+    assert all(r["status"] == "ok" for r in records)
+    first = [r for r in records if r["config"]["gamma"] in (2, 3)]
+    assert len(first) == 4  # both methods at both gammas
+    # the sweep went on exactly when the first round's best sat at its upper end (random models: either can happen)
+    best = chosen_gammas(frame_of([_as_row(r) for r in first]))["tiny_random"]
+    assert sorted({r["config"]["gamma"] for r in records}) == ([2, 3, 4, 5] if best == (3, True) else [2, 3])
+
+    # the extension on these real records, their speedups set so that the best is at the upper end (then inside it)
+    from hydra_plugins.ecospec_grid_sweeper import GridSweeper
+
+    sweeper = GridSweeper(grids=[{"method": "baseline,ecospec", "gamma": "2,3"}], extend={"by": 2, "upto": 12})
+    for speedups, more in (
+        ({2: 1.0, 3: 1.5}, [{"method": "baseline,ecospec", "gamma": "4,5"}]),
+        ({2: 1.5, 3: 1.0}, []),
+    ):
+        edited = tmp_path / f"edited-{more != []}"
+        for i, r in enumerate(first):
+            r = json.loads(json.dumps(r))
+            r["summary"]["speedup"] = speedups[r["config"]["gamma"]]
+            (edited / str(i)).mkdir(parents=True)
+            (edited / str(i) / "result.json").write_text(json.dumps(r))
+        assert sweeper.extension([], edited) == more
+
+
+def _as_row(rec: dict) -> dict:
+    from ecospec.report.records import _row
+
+    return _row(rec, Path("x"))
