@@ -111,6 +111,7 @@ def _cell_cfg(checkpoint: Path, tmp_path: Path, *overrides: str) -> dict:
         ])  # fmt: skip
     d = OmegaConf.to_container(cfg, resolve=False)
     d.pop("hydra", None)
+    d["gamma"] = cfg.gamma  # resolved: the model's own unless overridden
     d["model"].update(name="vllm_test", source="hf", target=str(checkpoint / "target"), default_drafter="eagle3")
     d["model"]["drafters"]["eagle3"] = {"path": str(checkpoint / "head"), "layout": "speculators"}
     return d
