@@ -6,7 +6,7 @@ chain does? On held-out HumanEval + GSM8K prompts (never the calibration's train
 2. AR, the chain (depth gamma-1, top-1), the paper's tree (depth 3, top-2, confidence) and EcoSpec on the same tree,
    each at temperature 1 and at the calibrated one, interleaved prompt by prompt: alpha, tokens/s, E.
 
-    python benchmarks/calibration.py [--prompts 8] [--tokens 64] [--gamma 4] [--out reports/tiny]
+    python benchmarks/calibration.py [--prompts 8] [--tokens 64] [--gamma G] [--out reports/tiny]
 
 Writes `calibration.md` and `figures/fig_calibration_tiny.png` (the reliability diagram) under --out. Exit 1 when the
 calibrated confidence tree accepts fewer tokens per step than the chain (the goal), or an output differs from AR's.
@@ -40,9 +40,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=8, help="per dataset (HumanEval, GSM8K)")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=None, help="default: the embedded default's own (model.gamma)")
     ap.add_argument("--out", type=Path, default=Path("reports/tiny"))
     a = ap.parse_args()
+    if a.gamma is None:
+        from ecospec.analysis.cost import load_model_config
+
+        a.gamma = int(load_model_config("tiny")["gamma"])
     torch.set_num_threads(1)
     dirs = paths()
     target, tokenizer, drafter, predictor = load_components(dirs)
