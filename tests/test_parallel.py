@@ -222,3 +222,9 @@ def test_sizing_from_the_cost_model_facts():
     assert q.gpus == 8 and q.parallel == "device_map" and "model.parallel=device_map" in q.launch()
     assert (size("qwen3", "H200").gpus, size("qwen3", "H200").parallel) == (4, "tp")
     assert size("gptoss", "H100").gpus == 1
+    # without transformers' MXFP4 kernels the experts load dequantized to bf16: ~230 GB, 4 GPUs, and it says so
+    bf16 = size("gptoss", "H100", kernels=False)
+    assert bf16.gpus == 4 and 220e9 < bf16.weight_bytes < 240e9 and bf16.storage.startswith("dequantized to bf16")
+    assert size("gptoss", "H100").storage == "as stored (experts mxfp4)"
+    assert size("deepseek", "H100", kernels=False).weight_bytes > 1.9 * ds.weight_bytes  # fp8 -> bf16, scales dropped
+    assert size("qwen3", "H100", kernels=False) == q  # bf16 as stored: nothing to dequantize

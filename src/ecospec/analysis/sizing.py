@@ -1,6 +1,11 @@
 """How many GPUs and nodes a target needs, and the launcher settings that run it (model.parallel, ranks, cluster).
 
-    python -m ecospec.analysis.sizing --model deepseek --gpu H100 [--tokens 65536] [--usable 0.9]
+    python -m ecospec.analysis.sizing --model deepseek --gpu H100 [--tokens 65536] [--usable 0.9] [--kernels yes|no]
+
+Which format runs decides the size: transformers keeps MXFP4 experts quantized only where the `kernels` package,
+Triton and its Hub kernel are present (`pip install -e .[gpu]`, the kernel fetched ahead on a networked node), and
+block-FP8 weights only where its Triton FP8 path runs; otherwise it dequantizes them to bf16 as it loads (a warning,
+then 2-4x the bytes). Each GPU is sized both ways unless `--kernels` names one (`loaded_storage`).
 
 Weights: every parameter at its checkpoint storage format (`analysis.cost.model_cost`: routed experts, the dense
 part and the input embedding; fp8 / mxfp4 block scales included). KV cache: `--tokens` cached tokens (default 8
@@ -27,6 +32,7 @@ GPUS_PER_NODE = 8
 class Sizing:
     model: str
     gpu: str
+    storage: str  # the format it is sized for (format_label)
     weight_bytes: float
     kv_bytes: float
     gpus: int
@@ -47,8 +53,25 @@ class Sizing:
                 f"cluster=slurm_gpu hydra.launcher.gpus_per_node={per_node}")  # fmt: skip
 
 
-def weight_bytes(model: dict) -> float:
-    c = model_cost(model)
+QUANTIZED = ("fp8", "mxfp4")  # stored formats transformers keeps only with its kernels (else: bf16)
+
+
+def loaded_storage(stored: dict, kernels: bool) -> dict:
+    """The formats that run: as stored with the kernels, every quantized part dequantized to bf16 without them."""
+    return {k: (v if kernels or v not in QUANTIZED else "bf16") for k, v in stored.items()}
+
+
+def format_label(stored: dict, kernels: bool) -> str:
+    """`as stored (mxfp4 experts)` or `dequantized to bf16 (experts, dense were fp8)`: what a sizing answers for."""
+    quantized = {k: v for k, v in stored.items() if v in QUANTIZED}
+    if not quantized:
+        return "as stored (bf16)" if set(stored.values()) <= {"bf16"} else "as stored"
+    parts = ", ".join(f"{k} {v}" for k, v in quantized.items())
+    return f"as stored ({parts})" if kernels else f"dequantized to bf16 ({parts} as stored)"
+
+
+def weight_bytes(model: dict, storage: dict | None = None) -> float:
+    c = model_cost(model, storage)
     embedding = expert_bytes(c.embedding_params, c.storage["other"])
     return c.num_experts * c.moe_layers * c.expert_bytes + c.dense_bytes + embedding
 
@@ -63,11 +86,14 @@ def kv_bytes_per_token(model: dict) -> float:
     return layers * 2 * heads * head_dim * 2
 
 
-def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9) -> Sizing:
+def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kernels: bool = True) -> Sizing:
+    """GPUs for model `name` on `gpu`, its weights in the format that runs (`kernels`: with transformers' quantized
+    kernels, i.e. as stored; without: quantized parts dequantized to bf16)."""
     if gpu not in GPU_MEMORY:
         raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPU_MEMORY)}")
     model = load_model_config(name)
-    weights = weight_bytes(model)
+    stored = dict(model_cost(model).storage)
+    weights = weight_bytes(model, loaded_storage(stored, kernels))
     kv = kv_bytes_per_token(model) * tokens
     need = math.ceil((weights + kv) / (GPU_MEMORY[gpu] * usable))
     hf = model["facts"]["hf_config"]
@@ -91,13 +117,14 @@ def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9) -> Si
         parallel = "device_map"
         notes.append(f"transformers' TP plan splits the {kv_heads} KV heads, which {gpus} ranks cannot divide "
                      "(ecospec.parallel.kv_head_problem): one process spreads the layers over the GPUs")  # fmt: skip
-    return Sizing(name, gpu, weights, kv, gpus, math.ceil(gpus / GPUS_PER_NODE), parallel, tuple(notes))
+    label = format_label(stored, kernels)
+    return Sizing(name, gpu, label, weights, kv, gpus, math.ceil(gpus / GPUS_PER_NODE), parallel, tuple(notes))
 
 
 def report(s: Sizing, tokens: int, usable: float) -> list[str]:
     lines = [
         f"{s.model} on {s.gpu} ({GPU_MEMORY[s.gpu] / 1e9:.0f} GB, {usable:.0%} usable) -- estimates",
-        f"  weights as stored: {s.weight_bytes / 1e9:,.1f} GB; KV cache for {tokens:,} tokens: "
+        f"  weights {s.storage}: {s.weight_bytes / 1e9:,.1f} GB; KV cache for {tokens:,} tokens: "
         f"{s.kv_bytes / 1e9:,.1f} GB",
         f"  GPUs: {s.gpus} ({s.nodes} node{'s' if s.nodes > 1 else ''} x {min(s.gpus, GPUS_PER_NODE)}), "
         f"{s.per_gpu_bytes / 1e9:,.1f} GB per GPU",
@@ -112,9 +139,14 @@ def main() -> None:
     ap.add_argument("--gpu", default=None, help=f"one of {', '.join(GPU_MEMORY)} (default: all)")
     ap.add_argument("--tokens", type=int, default=8 * 8192, help="cached tokens to leave room for")
     ap.add_argument("--usable", type=float, default=0.9)
+    ap.add_argument("--kernels", choices=("yes", "no"), default=None,
+                    help="size for the quantized kernels present (yes) or absent (no); default: both")  # fmt: skip
     a = ap.parse_args()
+    stored = model_cost(load_model_config(a.model)).storage
+    both = [True, False] if any(v in QUANTIZED for v in stored.values()) else [True]
     for gpu in [a.gpu] if a.gpu else list(GPU_MEMORY):
-        print("\n".join(report(size(a.model, gpu, a.tokens, a.usable), a.tokens, a.usable)))
+        for kernels in both if a.kernels is None else [a.kernels == "yes"]:
+            print("\n".join(report(size(a.model, gpu, a.tokens, a.usable, kernels), a.tokens, a.usable)))
 
 
 if __name__ == "__main__":
