@@ -288,6 +288,9 @@ def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
     assert sum(load[0]) == sum(r["verified"] for r in on_disk["prompts"]) * s["top_k"]
     env = on_disk["env"]
     assert env["device"] == "cpu" and env["torch"] and "slurm_job_id" in env
+    st = env["storage"]  # what ran, as loaded
+    assert (st["experts"], st["dense"], st["stored"]) == ("fp32", "fp32", None) and set(st["devices"]) == {"cpu"}
+    assert st["attn_implementation"] and st["experts_implementation"]
     assert not (cell_dir / PROGRESS).exists()  # the checkpoint goes once the record is written
     assert list((Path(cfg.out_dir) / "ar_cache").glob("*.json"))  # AR measured and cached
 

@@ -186,3 +186,27 @@ def test_load_target_unsupported(tmp_path):
     LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="llama"):
         load_target(str(tmp_path))
+
+
+def test_loaded_storage_says_what_runs_not_what_was_stored():
+    """env.storage: the loaded formats, the implementations, the bytes per device; a quantized checkpoint whose
+    weights loaded as floats says `dequantized to ...` (what transformers does without its kernels)."""
+    import torch
+
+    from ecospec.models import tiny_model
+    from ecospec.models.storage import loaded_storage
+
+    m = tiny_model("qwen3_moe-a")
+    st = loaded_storage(m)
+    total = sum(p.numel() * p.element_size() for p in m.parameters())
+    assert (st["experts"], st["dense"], st["stored"]) == ("fp32", "fp32", None)
+    assert st["devices"] == {"cpu": total} and st["attn_implementation"] == "eager"
+    m = m.to(torch.bfloat16)
+    assert (loaded_storage(m)["experts"], loaded_storage(m)["dense"]) == ("bf16", "bf16")
+    m.config.quantization_config = {"quant_method": "mxfp4"}  # GPT-OSS-style: experts stored mxfp4, dense bf16
+    assert (loaded_storage(m)["experts"], loaded_storage(m)["dense"]) == ("dequantized to bf16", "bf16")
+    m.config.quantization_config = {"quant_method": "fp8", "weight_block_size": [32, 32]}  # block-FP8: everything
+    assert (loaded_storage(m)["experts"], loaded_storage(m)["dense"]) == ("dequantized to bf16", "dequantized to bf16")
+    layer = m.model.layers[0].mlp.experts
+    layer.down_proj.data = layer.down_proj.data.to(torch.float8_e4m3fn)  # kept in FP8 where its kernels run
+    assert loaded_storage(m)["experts"] == "fp8" and loaded_storage(m)["stored"] == "fp8"

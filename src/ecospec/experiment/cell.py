@@ -31,6 +31,7 @@ from ecospec.experiment.metrics import (
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.models import moe_info
+from ecospec.models.storage import loaded_storage
 from ecospec.parallel import env_rank
 
 AR_CACHE = "ar_cache"
@@ -275,6 +276,8 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     prompts = cell_prompts(d)
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
     comp = load_components(d, device)
+    # what runs, as loaded (the format may not be the checkpoint's: transformers dequantizes without its kernels)
+    record["env"]["storage"] = {**(record["env"].get("storage") or {}), **loaded_storage(comp.target)}
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)

@@ -1,0 +1,66 @@
+"""What a loaded target actually holds, for `env.storage` of every record: the format its routed experts and its
+other weights run in (which is not always the checkpoint's: transformers dequantizes MXFP4 / FP8 to bf16 where its
+kernels are missing), the experts and attention implementations (which decide whether the routing capture sees the
+router), and the placement (bytes per device)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch import nn
+
+_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_FP8 = {d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None}
+
+
+def _format(params: list[tuple[str, torch.Tensor]]) -> str | None:
+    """The storage format of a group of parameters: fp8, mxfp4 (`*_blocks` of packed uint8), or the float dtype."""
+    if not params:
+        return None
+    if any(p.dtype in _FP8 for _, p in params):
+        return "fp8"
+    if any(n.endswith("_blocks") and p.dtype == torch.uint8 for n, p in params):
+        return "mxfp4"
+    floats = [p.dtype for _, p in params if p.is_floating_point()]
+    dtypes = Counter(_DTYPES.get(d, str(d).removeprefix("torch.")) for d in floats)
+    return dtypes.most_common(1)[0][0] if dtypes else None
+
+
+def _stored(model: nn.Module) -> str | None:
+    """The checkpoint's quantization (its config's `quantization_config.quant_method`), if any."""
+    q = getattr(model.config, "quantization_config", None)
+    if q is None:
+        return None
+    method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
+    method = getattr(method, "value", method)
+    return {"fp8": "fp8", "mxfp4": "mxfp4"}.get(str(method).lower(), str(method).lower()) if method else None
+
+
+def loaded_storage(model: nn.Module) -> dict:
+    """`env.storage` of a loaded HF model: `experts` and `dense` (the format as loaded: bf16, fp32, fp8, mxfp4, or
+    `dequantized to bf16` where the checkpoint was quantized and the weights are not), `stored` (the checkpoint's
+    quantization or None), `experts_implementation`, `attn_implementation`, `devices` (bytes per device)."""
+    experts, dense = [], []
+    devices: Counter = Counter()
+    for name, p in model.named_parameters():
+        (experts if ".experts." in name or name.endswith(".experts") else dense).append((name, p))
+        devices[str(p.device)] += p.numel() * p.element_size()
+    for name, b in model.named_buffers():
+        if name.endswith(("_blocks", "_scales", "scale_inv")):
+            (experts if ".experts." in name else dense).append((name, b))
+            devices[str(b.device)] += b.numel() * b.element_size()
+    stored = _stored(model)
+    out = {"experts": _format(experts), "dense": _format(dense)}
+    if stored in ("fp8", "mxfp4"):
+        for key in ("experts", "dense"):
+            if out[key] not in (None, "fp8", "mxfp4") and (key == "experts" or stored == "fp8"):
+                out[key] = f"dequantized to {out[key]}"
+    cfg = model.config
+    return {
+        **out,
+        "stored": stored,
+        "experts_implementation": getattr(cfg, "_experts_implementation", None),
+        "attn_implementation": getattr(cfg, "_attn_implementation", None),
+        "devices": dict(devices),
+    }
