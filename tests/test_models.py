@@ -210,3 +210,37 @@ def test_loaded_storage_says_what_runs_not_what_was_stored():
     layer = m.model.layers[0].mlp.experts
     layer.down_proj.data = layer.down_proj.data.to(torch.float8_e4m3fn)  # kept in FP8 where its kernels run
     assert loaded_storage(m)["experts"] == "fp8" and loaded_storage(m)["stored"] == "fp8"
+
+
+def test_a_quantized_format_that_will_not_be_kept_is_said_before_loading(tmp_path):
+    """A checkpoint whose MXFP4 / FP8 weights transformers would dequantize here gets one line naming what happens
+    and the two ways out, before any weights are read; a plain checkpoint gets none."""
+    import warnings
+
+    import pytest
+    from transformers import AutoConfig
+
+    from ecospec.models import tiny_model
+    from ecospec.models.loading import load_target
+    from ecospec.models.storage import format_fork, loaded_storage
+
+    cfg = AutoConfig.for_model("qwen3_moe")
+    assert format_fork(cfg, "cpu") is None  # nothing quantized: nothing to say
+    cfg.quantization_config = {"quant_method": "mxfp4"}
+    line = format_fork(cfg, "cpu", "openai/gpt-oss-120b")
+    assert "\n" not in line and "dequantize them to bf16" in line and "a CUDA GPU" in line
+    assert "pip install -e .[gpu]" in line and "--kernels no" in line
+    cfg.quantization_config = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    assert "its weights in fp8" in format_fork(cfg, "cpu")
+    m = tiny_model("qwen3_moe-a")
+    m.save_pretrained(tmp_path / "plain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a plain checkpoint loads without the warning
+        load_target(str(tmp_path / "plain"))
+    cfg = AutoConfig.from_pretrained(tmp_path / "plain")
+    cfg.quantization_config = {"quant_method": "mxfp4"}
+    cfg.save_pretrained(tmp_path / "plain")
+    with pytest.warns(UserWarning, match="dequantize them to bf16"):  # said before the weights are read
+        model = load_target(str(tmp_path / "plain"))
+    st = loaded_storage(model)  # the record says what ran: the stored format was not kept
+    assert st["stored"] == "mxfp4" and st["experts"] == "dequantized to fp32" and st["dense"] == "fp32"

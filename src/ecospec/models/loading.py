@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from ecospec.models.adapters import _MODEL_TYPES, _unsupported, moe_info
 from ecospec.models.presets import PRESETS
+from ecospec.models.storage import format_fork, quant_method
 
 # Init std of the tiny models (HF default: 0.02). With every weight at std 0.02 and hidden sizes of
 # 32-64, RMS-normalised activations (norm ~ sqrt(H)) hit the lm_head / router weights to give logits
@@ -93,7 +95,13 @@ def load_target(
         kwargs["attn_implementation"] = attn_implementation
     if experts_implementation is not None:
         kwargs["experts_implementation"] = experts_implementation
+    on_gpu = torch.cuda.is_available() and (device_map not in (None, "cpu") or parallel != "device_map")
+    device = "cuda" if on_gpu else "cpu"
+    fork = format_fork(config, device, str(name_or_path))
+    if fork:
+        warnings.warn(fork, stacklevel=2)  # before the weights are read: the one line a cluster user needs here
     model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+    model.stored_quantization = quant_method(config)  # env.storage: what the checkpoint stored, whatever loaded
     moe_info(model)  # raises UnsupportedModelError for a class we do not know how to hook
     return model.eval()
 

@@ -27,14 +27,20 @@ def _format(params: list[tuple[str, torch.Tensor]]) -> str | None:
     return dtypes.most_common(1)[0][0] if dtypes else None
 
 
-def _stored(model: nn.Module) -> str | None:
-    """The checkpoint's quantization (its config's `quantization_config.quant_method`), if any."""
-    q = getattr(model.config, "quantization_config", None)
+def quant_method(config) -> str | None:
+    """A checkpoint config's quantization (`quantization_config.quant_method`, lower case), if any."""
+    q = getattr(config, "quantization_config", None)
     if q is None:
         return None
     method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
     method = getattr(method, "value", method)
-    return {"fp8": "fp8", "mxfp4": "mxfp4"}.get(str(method).lower(), str(method).lower()) if method else None
+    return str(method).lower() if method else None
+
+
+def _stored(model: nn.Module) -> str | None:
+    """The checkpoint's quantization: what `load_target` read before loading (transformers drops the config's
+    `quantization_config` when it dequantizes), else the loaded config's."""
+    return getattr(model, "stored_quantization", None) or quant_method(model.config)
 
 
 def loaded_storage(model: nn.Module) -> dict:
@@ -64,3 +70,29 @@ def loaded_storage(model: nn.Module) -> dict:
         "attn_implementation": getattr(cfg, "_attn_implementation", None),
         "devices": dict(devices),
     }
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def format_fork(config, device_type: str, name: str = "the target") -> str | None:
+    """One line, before any weights are read, when the checkpoint's quantized format will not be kept where it
+    loads (transformers dequantizes MXFP4 without `kernels` + Triton + a CUDA GPU, and block-FP8 without Triton on
+    a CUDA GPU): what will happen and the two ways out. None when the format is kept or there is nothing to keep."""
+    method = quant_method(config)
+    if method not in ("mxfp4", "fp8"):
+        return None
+    missing = [] if device_type == "cuda" else ["a CUDA GPU"]
+    missing += [m for m in (("kernels", "triton") if method == "mxfp4" else ("triton",)) if not _importable(m)]
+    if not missing:
+        return None
+    parts = "its routed experts" if method == "mxfp4" else "its weights"
+    return (
+        f"{name}: the checkpoint stores {parts} in {method}, but without {', '.join(missing)} transformers will "
+        f"dequantize them to bf16 as it loads (2-4x the bytes the stored-format sizing assumed; env.storage will say "
+        f"'dequantized to bf16'); ways out: `pip install -e .[gpu]` (adds `kernels`) with its kernel fetched ahead on "
+        f"a networked node, or the GPUs bf16 needs (python -m ecospec.analysis.sizing --model <name> --kernels no)"
+    )
