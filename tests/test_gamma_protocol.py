@@ -136,7 +136,7 @@ def test_protocol_sweep_skips_missing_benchmarks_once_and_extends_gamma(tmp_path
             r["summary"]["speedup"] = speedups[r["config"]["gamma"]]
             (edited / str(i)).mkdir(parents=True)
             (edited / str(i) / "result.json").write_text(json.dumps(r))
-        assert sweeper.extension([], edited) == more
+        assert sweeper.extension(edited) == more
 
 
 def _as_row(rec: dict) -> dict:

@@ -311,14 +311,18 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         validate(d, check_predictor=not awaiting)
 
 
+def _validate_datasets(datasets, key: str, allowed: str) -> None:
+    """A non-empty list of known benchmark names (the demo's, GTO's and the predictor's training sets)."""
+    if not datasets or isinstance(datasets, str):
+        raise _bad(key, datasets, allowed)
+    for name in datasets:
+        _validate_dataset({"name": name}, key)
+
+
 def validate_demo(d: Mapping) -> None:
     """The demo's datasets and sizes, and every decoding knob a cell would check."""
     s = d.get("demo") or {}
-    datasets = s.get("datasets")
-    if not datasets or isinstance(datasets, str):
-        raise _bad("demo.datasets", datasets, "a non-empty list of datasets")
-    for name in datasets:
-        _validate_dataset({"name": name}, "demo.datasets")
+    _validate_datasets(s.get("datasets"), "demo.datasets", "a non-empty list of datasets")
     _positive_ints(s, (("prompts_per_dataset", 1),), "demo.")
     validate(d)
 
@@ -328,11 +332,8 @@ def validate_gto(d: Mapping) -> None:
     validate_parallel(d)
     g = d.get("gto") or {}
     if not g.get("data"):
-        datasets = g.get("datasets")
-        if not datasets or isinstance(datasets, str):
-            raise _bad("gto.datasets", datasets, "a non-empty list of datasets (their train split), or set gto.data")
-        for name in datasets:
-            _validate_dataset({"name": name}, "gto.datasets")
+        _validate_datasets(g.get("datasets"), "gto.datasets",
+                           "a non-empty list of datasets (their train split), or set gto.data")  # fmt: skip
     _positive_ints(g, (("steps", 1), ("batch_size", 1), ("seq_len", 8), ("groups", 1), ("group_size", 2),
                        ("depth", 1), ("topk", 1), ("response_tokens", 1), ("save_every", 1),
                        ("batch_size_generate", 1)), "gto.")  # fmt: skip
@@ -362,11 +363,9 @@ def validate_traces(d: Mapping) -> None:
 def validate_training(d: Mapping) -> None:
     _validate_model(d["model"])
     t = d.get("training") or {}
-    datasets = t.get("datasets")
-    if not datasets or isinstance(datasets, str):
-        raise _bad("training.datasets", datasets, "a non-empty list of datasets whose traces to learn from")
-    for name in datasets:
-        _validate_dataset({"name": name}, "training.datasets")
+    _validate_datasets(
+        t.get("datasets"), "training.datasets", "a non-empty list of datasets whose traces to learn from"
+    )
     if (t.get("epochs") is None) == (t.get("steps") is None):
         raise _bad("training.epochs", t.get("epochs"), "set exactly one of training.epochs and training.steps")
     e = t.get("epochs")

@@ -49,18 +49,18 @@ def methods_of(d: dict) -> tuple[tuple[str, str | None], ...]:
 
 def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     prompts = _prompts(d)
-    METHODS = methods_of(d)  # noqa: N806 - the table's rows
+    methods = methods_of(d)  # the table's rows
     comp = load_components({**d, "method": {"name": "ecospec", "drafter": "default", "selector": "ecospec",
                                              "predictor": "learned"}}, device)  # fmt: skip
-    rows = {label: [] for label, _ in METHODS}
+    rows = {label: [] for label, _ in methods}
     hf_tokens = hf_seconds = 0.0
-    same = {label: 0 for label, _ in METHODS}
+    same = {label: 0 for label, _ in methods}
     template = d["model"].get("chat_template", True)
-    desc = " / ".join(label for label, _ in METHODS)
+    desc = " / ".join(label for label, _ in methods)
     for p in tqdm(prompts, desc=desc, unit="prompt", disable=not d.get("progress", True)):
         ids = encode_turn(comp.tokenizer, p.turns[:1], [], p.completion, template)
         ar_tokens = None
-        for label, selector in METHODS:
+        for label, selector in methods:
             t0 = time.perf_counter()
             res = _generate(comp, ids, d, selector)
             rows[label].append(prompt_row(p.id, 0, len(ids), res, time.perf_counter() - t0, False))
@@ -73,12 +73,12 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     denominator = max(ours_ar, hf_ar)
     cost = model_cost(d["model"])
     gpu = d["demo"]["gpu"]
-    methods = {}
-    for label, selector in METHODS:
+    measured = {}
+    for label, selector in methods:
         s = summarize(rows[label])
         alpha = 1.0 if selector is None else s["alpha"]
         experts = s["experts_per_layer"]
-        methods[label] = {
+        measured[label] = {
             "alpha": alpha,
             "E": experts,
             "tokens_per_s": s["tokens_per_s"],
@@ -88,7 +88,7 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             "t_step_s": s["t_step_s"],
         }
     record["summary"] = {
-        "methods": methods, "prompts": len(prompts), "datasets": list(d["demo"]["datasets"]), "gamma": d["gamma"],
+        "methods": measured, "prompts": len(prompts), "datasets": list(d["demo"]["datasets"]), "gamma": d["gamma"],
         "max_new_tokens": d["max_new_tokens"], "gpu": gpu, "ar_source": "hf_generate" if hf_ar > ours_ar else "ecospec",
         "ar_ecospec_tokens_per_s": ours_ar, "ar_hf_tokens_per_s": hf_ar, "figure": str(job_dir / FIGURE),
     }  # fmt: skip

@@ -33,14 +33,16 @@ def recipe(budget) -> dict:
 def train_ids(tokenizer, datasets, n: int) -> list[torch.Tensor]:
     """The first turn of the first `n` prompts of each dataset outside its held-out split, [1, T] each; datasets
     this machine cannot load are left out."""
-    from ecospec.data import encode_turn, load_prompts, unavailable
+    from ecospec.data import DatasetUnavailableError, encode_turn, load_prompts
     from ecospec.data.split import is_heldout
 
     out = []
     for name in datasets:
-        if unavailable(name):
+        try:
+            rows = load_prompts(name, None, None, split="all")
+        except DatasetUnavailableError:
             continue
-        prompts = [p for p in load_prompts(name, None, None, split="all") if not is_heldout(p.id)][:n]
+        prompts = [p for p in rows if not is_heldout(p.id)][:n]
         out += [torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)]) for p in prompts]
     return out
 

@@ -78,13 +78,19 @@ class GridSweeper(BasicSweeper):
         return out
 
     def checked(self, jobs: List[List[str]]) -> List[List[str]]:  # noqa: UP006
-        """The jobs whose config can run; each other job gets its failed record now and is dropped."""
+        """The jobs whose config can run. With `missing_data=skip` a job whose benchmark this machine cannot load is
+        dropped, said once per benchmark (no record: nothing ran, and a machine with the data runs it later); each
+        other job that cannot run gets its failed record now and is dropped."""
         from ecospec.experiment.config import ConfigError, validate_job
         from ecospec.experiment.dispatch import run_any
 
-        runnable = []
+        runnable, skipped = [], {}
         for overrides in jobs:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            missing = self._missing(cfg)
+            if missing:
+                skipped[missing] = skipped.get(missing, 0) + 1
+                continue
             try:
                 validate_job(cfg, awaiting=bool(cfg.get("after")))
             except ConfigError as err:
@@ -93,35 +99,29 @@ class GridSweeper(BasicSweeper):
                 run_any(cfg, job_dir)  # validates again and writes the failed record; loads nothing
                 continue
             runnable.append(overrides)
-        return runnable
-
-    def with_data(self, jobs: List[List[str]]) -> List[List[str]]:  # noqa: UP006
-        """With `missing_data=skip`: the jobs whose benchmark loads here; the others are dropped, said once per
-        benchmark (no record: nothing ran, and a machine with the data runs them later)."""
-        if self.missing_data != "skip":
-            return jobs
-        from ecospec.data import DATASETS, unavailable
-
-        kept, dropped, why = [], {}, self._unavailable
-        for overrides in jobs:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            name, source = cfg.dataset.get("name"), cfg.dataset.get("source")
-            if name in DATASETS and source is None:
-                if name not in why:
-                    why[name] = unavailable(name)
-                if why[name]:
-                    dropped[name] = dropped.get(name, 0) + 1
-                    continue
-            kept.append(overrides)
-        for name, n in dropped.items():
+        for name, n in skipped.items():
             if name not in self._said:
                 self._said.add(name)
-                log.warning(f"{name}: not available on this machine, its cells are skipped ({why[name]})")
+                log.warning(f"{name}: not available on this machine, its cells are skipped ({self._unavailable[name]})")
             log.info(f"{name}: {n} cells skipped")
-        return kept
+        return runnable
+
+    def _missing(self, cfg) -> Optional[str]:  # noqa: UP045
+        """The benchmark of a job that `missing_data=skip` leaves out (it cannot be loaded here), else None; each
+        benchmark is tried once per sweep."""
+        if self.missing_data != "skip":
+            return None
+        from ecospec.data import DATASETS, unavailable
+
+        name = cfg.dataset.get("name")
+        if name not in DATASETS or cfg.dataset.get("source") is not None:
+            return None
+        if name not in self._unavailable:
+            self._unavailable[name] = unavailable(name)
+        return name if self._unavailable[name] else None
 
     def run_jobs(self, jobs: List[List[str]], start: int) -> List[Any]:  # noqa: UP006
-        runnable = self.checked(self.with_data(jobs))
+        runnable = self.checked(jobs)
         log.info(f"{len(jobs)} distinct jobs, {len(jobs) - len(runnable)} not launched")
         self.overrides = list(self.split_overrides_to_chunks(runnable, self.max_batch_size)) if runnable else []
         self.batch_index = 0  # the basic sweeper's cursor: a second round starts at its own first batch
@@ -135,7 +135,7 @@ class GridSweeper(BasicSweeper):
             returns.append(results)
         return returns
 
-    def extension(self, arguments: List[str], sweep_dir: Path) -> List[Dict[str, str]]:  # noqa: UP006
+    def extension(self, sweep_dir: Path) -> List[Dict[str, str]]:  # noqa: UP006
         """The grids to run next under `extend`: each grid that sweeps the key, with the next values (none when
         the protocol's best sits inside the swept range, or the range reached `upto`)."""
         from ecospec.report.gamma import chosen_gammas, extend_gammas
@@ -163,7 +163,7 @@ class GridSweeper(BasicSweeper):
         log.info(f"{len(self.grids)} grids")
         returns = self.run_jobs(jobs, 0)
         while self.extend:
-            grids = self.extension(arguments, sweep_dir)
+            grids = self.extension(sweep_dir)
             if not grids:
                 break
             self.grids = self.grids + grids
