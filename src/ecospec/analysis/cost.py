@@ -160,6 +160,20 @@ def _storage(model: Mapping, facts: Mapping, storage: Mapping | None) -> dict:
     return out
 
 
+def loaded_formats(storage: Mapping | None) -> dict | None:
+    """The cost model's formats ({experts, dense}) of what a record says ran: its `env.storage` (`models.storage`:
+    'fp8', 'mxfp4', 'bf16', 'fp32' or 'dequantized to bf16' ...), so bytes follow the loaded weights, not the
+    checkpoint's (an MXFP4 checkpoint dequantized where its kernels are missing reads bf16 experts). None when the
+    storage says nothing usable (a vLLM record, an old record)."""
+    out = {}
+    for key in ("experts", "dense"):
+        value = str((storage or {}).get(key) or "").removeprefix("dequantized to ")
+        if value not in FORMATS:
+            return None
+        out[key] = value
+    return out
+
+
 def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCost:
     """Counts and bytes of a target: `model` is a conf/model name or a model config mapping; `storage`
     ({experts, dense[, other]} formats) replaces the config's `facts.storage`."""

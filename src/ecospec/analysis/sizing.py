@@ -117,8 +117,28 @@ def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kerne
         parallel = "device_map"
         notes.append(f"transformers' TP plan splits the {kv_heads} KV heads, which {gpus} ranks cannot divide "
                      "(ecospec.parallel.kv_head_problem): one process spreads the layers over the GPUs")  # fmt: skip
+    if not kernels and "fp8" in stored.values():
+        notes += _unloadable(hf)
     label = format_label(stored, kernels)
     return Sizing(name, gpu, label, weights, kv, gpus, math.ceil(gpus / GPUS_PER_NODE), parallel, tuple(notes))
+
+
+def _unloadable(hf: dict) -> list[str]:
+    """The note for an FP8 checkpoint transformers cannot dequantize (`models.storage.partial_blocks`)."""
+    from transformers import AutoConfig
+
+    from ecospec.models.storage import partial_blocks
+
+    kwargs = dict(hf)
+    config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
+    bad = partial_blocks(config)
+    if not bad:
+        return []
+    return [
+        f"transformers cannot dequantize {len(bad)} FP8 weights whose last 128-block is partial (e.g. {bad[0]}): "
+        "without its FP8 path (a GPU of compute capability >= 8.9 with Triton) this checkpoint does not load "
+        "(tests/test_checkpoint_formats.py)"
+    ]
 
 
 def report(s: Sizing, tokens: int, usable: float) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ecospec.models.adapters import moe_info, routers
+from ecospec.models.adapters import bypasses_router, moe_blocks, moe_info, routers
 
 POLICIES = ("truncate", "substitute")
 
@@ -38,6 +38,11 @@ class ExpertBudget:
         self.family, self.budget, self.policy = info.family, min(budget, info.num_experts), policy
         self.num_experts, self.top_k = info.num_experts, info.top_k
         self.routers = routers(target)
+        if any(bypasses_router(b) for b in moe_blocks(target)):
+            raise ValueError(
+                "expert_budget: this target routes inside transformers' MXFP4 Triton kernel (kept "
+                "MXFP4 experts), which no budget can re-route; load it dequantized (without `kernels`)"
+            )
         self.active = False
         self.real: torch.Tensor | None = None
         self._handles: list = []

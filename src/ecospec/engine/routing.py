@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ecospec.models.adapters import routers
+from ecospec.models.adapters import bypasses_router, moe_blocks, routers
 
 
 class RoutingCapture:
@@ -18,12 +18,17 @@ class RoutingCapture:
     ``with RoutingCapture(model) as cap: model(ids); routes = cap.take()``
 
     A forward hook on each router (``ecospec.models.routers``) keeps the third element of the router's
-    output (the top-k indices, ``[batch * seq, k]``, batch-major). Hooks return None, so outputs are
-    unchanged; they are removed on exit. Indices stay on the model's device until ``take``.
+    output (the top-k indices, ``[batch * seq, k]``, batch-major). A block that routes without calling its
+    router (transformers' kept-MXFP4 GPT-OSS kernel path: `models.adapters.bypasses_router`) is hooked instead,
+    and its top-k is taken from the router logits it returns (GPT-OSS's router: top-k of those logits). Hooks
+    return None, so outputs are unchanged; they are removed on exit. Indices stay on the model's device until
+    ``take``.
     """
 
     def __init__(self, model: torch.nn.Module):
         self.routers = routers(model)
+        self.blocks = moe_blocks(model)
+        self.from_logits = [bypasses_router(b) for b in self.blocks]
         self._buffers: list[list[torch.Tensor]] = [[] for _ in self.routers]
         self._handles: list = []
 
@@ -33,8 +38,17 @@ class RoutingCapture:
 
         return hook
 
+    def _logits_hook(self, layer: int, k: int):
+        def hook(module, args, output):
+            self._buffers[layer].append(torch.topk(output[1].detach(), k, dim=-1).indices)
+
+        return hook
+
     def __enter__(self) -> RoutingCapture:
-        self._handles = [r.register_forward_hook(self._hook(i)) for i, r in enumerate(self.routers)]
+        self._handles = []
+        for i, (router, block, logits) in enumerate(zip(self.routers, self.blocks, self.from_logits, strict=True)):
+            hook = self._logits_hook(i, int(router.top_k)) if logits else self._hook(i)
+            self._handles.append((block if logits else router).register_forward_hook(hook))
         return self
 
     def __exit__(self, *exc) -> None:

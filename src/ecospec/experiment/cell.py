@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 import ecospec
-from ecospec.analysis.cost import verify_hbm_bytes
+from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.components import Components, load_components
@@ -253,7 +253,9 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] 
     else:
         s["matches_ar"] = None
     info = moe_info(comp.target)
-    s["hbm_bytes_per_verify"] = verify_hbm_bytes(cfg["model"], s["experts_per_layer"] or 0.0)
+    # bytes of the weights as loaded (env.storage), not as the checkpoint stores them
+    cost = model_cost(cfg["model"], loaded_formats(loaded_storage(comp.target)))
+    s["hbm_bytes_per_verify"] = verify_hbm_bytes(cost, s["experts_per_layer"] or 0.0)
     s["predictor_accuracy"] = comp.predictor_accuracy
     s["top_k"] = info.top_k
     s["num_experts"] = info.num_experts

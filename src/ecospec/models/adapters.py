@@ -87,6 +87,18 @@ def _moe_blocks(model) -> list[tuple[int, torch.nn.Module]]:
     return [(i, layer.mlp) for i, layer in enumerate(_decoder_layers(model)) if hasattr(layer.mlp, "experts")]
 
 
+def bypasses_router(mlp: torch.nn.Module) -> bool:
+    """Whether a MoE block routes without calling its router module: transformers' kept-MXFP4 GPT-OSS block
+    (`Mxfp4GptOssMLP`, with `kernels` + Triton on a GPU) takes the router's logits with F.linear and routes in a
+    Triton kernel, so a hook on the router never fires (its expert-parallel variant still calls the router)."""
+    return type(mlp).__name__ == "Mxfp4GptOssMLP" and not getattr(mlp.experts, "_is_hooked", False)
+
+
+def moe_blocks(model) -> list[torch.nn.Module]:
+    """The MLP module of each MoE layer, in ``moe_info(model).moe_layers`` order."""
+    return [mlp for _, mlp in _moe_blocks(model)]
+
+
 def routers(model) -> list[torch.nn.Module]:
     """The router module of each MoE layer, in ``moe_info(model).moe_layers`` order."""
     _, attr = _family(model)

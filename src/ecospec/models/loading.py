@@ -12,6 +12,9 @@ from ecospec.models.adapters import _MODEL_TYPES, _unsupported, moe_info
 from ecospec.models.presets import PRESETS
 from ecospec.models.storage import format_fork, quant_method
 
+# a load's dtype (torch or its name) as env.storage names it; "auto" dequantizes to bf16
+_DTYPE_NAMES = {torch.float32: "fp32", "float32": "fp32", torch.float16: "fp16", "float16": "fp16"}
+
 # Init std of the tiny models (HF default: 0.02). With every weight at std 0.02 and hidden sizes of
 # 32-64, RMS-normalised activations (norm ~ sqrt(H)) hit the lm_head / router weights to give logits
 # of std ~0.02 * sqrt(48) ~ 0.14: next-token distributions are nearly uniform, the top-1/top-2 logit
@@ -97,7 +100,7 @@ def load_target(
         kwargs["experts_implementation"] = experts_implementation
     on_gpu = torch.cuda.is_available() and (device_map not in (None, "cpu") or parallel != "device_map")
     device = "cuda" if on_gpu else "cpu"
-    fork = format_fork(config, device, str(name_or_path))
+    fork = format_fork(config, device, str(name_or_path), dtype=_DTYPE_NAMES.get(dtype, "bf16"))
     if fork:
         warnings.warn(fork, stacklevel=2)  # before the weights are read: the one line a cluster user needs here
     model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)

@@ -89,7 +89,7 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     recs = load_records(sources, since)
     hf = recs.frame[recs.frame["backend"] != "vllm"]  # our engine's records: E, phase times, traces
     figures_job = _start_figures(hf, out / "figures")
-    costs = model_costs(recs.model_configs)
+    costs = model_costs(recs.model_configs, recs.storages)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)

@@ -12,7 +12,8 @@ tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_v
 num_experts, num_moe_layers, rho, passes, ar_experts_per_layer; budgeted cells also budget_error_rate,
 first_divergence, loglik_per_token, ar_loglik_per_token; ar_source; vLLM records tpot_s, ttft_s, ar_tpot_s,
 ar_ttft_s, acceptance_by_position, requests), expert_load ([MoE layers, N] int64 array or None) and
-trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them).
+trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them) and routes (a vLLM
+record's committed sequences with vLLM's own routing, `vllm_backend.routes`, or None).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
     "model_gamma", "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint",
     "hardware", "device", "backend", "backend_tp", "quantization", "alpha", "E",
-    *SUMMARY[1:], "expert_load", "trace",
+    *SUMMARY[1:], "expert_load", "trace", "routes",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
 # more spaces, and JSON strings hold no raw newline, so these match nowhere else)
@@ -59,6 +60,7 @@ class Records:
     frame: pd.DataFrame
     skipped: list[str] = field(default_factory=list)  # unreadable or partial files (warned)
     model_configs: dict[str, dict] = field(default_factory=dict)  # model -> its newest ok record's config.model
+    storages: dict[str, dict] = field(default_factory=dict)  # model -> env.storage of its newest ok HF record
 
 
 def _load_array(text: str, shape: tuple[int, int] | None) -> np.ndarray | None:
@@ -181,6 +183,7 @@ def _row(rec: dict, path: Path) -> dict:
         **{k: s.get(k) for k in SUMMARY},
         "expert_load": rec.get("expert_load") if ok else None,
         "trace": (rec.get("trace") or None) if ok else None,
+        "routes": (rec.get("routes") or None) if ok else None,
     }
     if isinstance(row["expert_load"], list):  # a record given as a dict rather than read from a file
         row["expert_load"] = np.asarray(row["expert_load"], dtype=np.int64) if row["expert_load"] else None
@@ -216,7 +219,7 @@ def frame_of(rows: list[dict]) -> pd.DataFrame:
 def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
     """Records already in memory (dicts in the result.json schema, each with the path it stands for; None for a
     file that could not be read, already warned about)."""
-    rows, skipped, newest = [], [], {}
+    rows, skipped, newest, stored = [], [], {}, {}
     for rec, path in records:
         if isinstance(rec, dict) and rec.get("kind", "cell") != "cell":
             continue  # a traces or predictor job's record: not a cell of any table
@@ -230,8 +233,12 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
         rows.append(row)
         if row["status"] == "ok" and (row["finished"] or "") >= newest.get(row["model"], ("",))[0]:
             newest[row["model"]] = (row["finished"], rec["config"]["model"])
+        storage = (rec.get("env") or {}).get("storage") or {}
+        later = (row["finished"] or "") >= stored.get(row["model"], ("",))[0]
+        if row["status"] == "ok" and "experts" in storage and later:
+            stored[row["model"]] = (row["finished"], storage)  # what loaded (HF cells say; vLLM's do not)
     configs = {name: cfg for name, (_, cfg) in newest.items()}
-    return Records(frame_of(rows), skipped, configs)
+    return Records(frame_of(rows), skipped, configs, {name: st for name, (_, st) in stored.items()})
 
 
 def _read(paths: list[Path]):
@@ -253,6 +260,7 @@ def load_records(dirs: Iterable[str | Path], since: str | pd.Timestamp | None = 
         out.frame = out.frame[out.frame["finished"] >= ts].reset_index(drop=True)
         kept = set(out.frame.loc[out.frame["status"] == "ok", "model"])
         out.model_configs = {m: c for m, c in out.model_configs.items() if m in kept}
+        out.storages = {m: s for m, s in out.storages.items() if m in kept}
     return out
 
 
@@ -274,10 +282,11 @@ def conf_defaults(model_configs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def model_costs(model_configs: dict[str, dict]) -> dict:
+def model_costs(model_configs: dict[str, dict], storages: dict[str, dict] | None = None) -> dict:
     """`analysis.cost.model_cost` of each model that can be counted offline (conf/model facts, a tiny preset or
-    recipe); the others are left out with a warning rather than fetched from the Hub."""
-    from ecospec.analysis.cost import conf_dir, load_model_config, model_cost
+    recipe), in the format its newest record says loaded (`storages`: env.storage; the checkpoint's where none
+    says); the others are left out with a warning rather than fetched from the Hub."""
+    from ecospec.analysis.cost import conf_dir, load_model_config, loaded_formats, model_cost
 
     out = {}
     for name, cfg in model_configs.items():
@@ -290,7 +299,7 @@ def model_costs(model_configs: dict[str, dict]) -> dict:
             )
             continue
         try:
-            out[name] = model_cost(cfg)
+            out[name] = model_cost(cfg, loaded_formats((storages or {}).get(name)))
         except (ValueError, OSError, KeyError, ImportError) as e:
             warnings.warn(
                 f"model {name}: cannot count its parameters ({e}); left out of Table 13 and modeled.md", stacklevel=2
