@@ -109,9 +109,10 @@ def test_backend_vllm_takes_what_vllm_runs_and_refuses_the_rest_in_one_line(meth
         ("backend.rounds=0", "backend.rounds"),
         ("trace_steps=4", "trace_steps"),
         ("backend.name=sglang", "backend"),
+        ("backend.routed_experts=true device=cpu", "backend.routed_experts"),  # vLLM's CPU runner returns none
     ):
         with pytest.raises(ConfigError, match=key):
-            validate(_compose("model=qwen3_30b", "backend=vllm", "method=eagle3", bad))
+            validate(_compose("model=qwen3_30b", "backend=vllm", "method=eagle3", *bad.split()))
 
 
 @pytest.mark.parametrize(
@@ -174,8 +175,10 @@ def test_cell_identity_ignores_execution_knobs():
         "backend.dtype=bfloat16",
         "backend.enforce_eager=true",
         "backend.max_model_len=4096",
+        "backend.routed_experts=true",  # the record holds vLLM's routes too; false keeps the id
     ):
         assert cell_id(_compose(*FAST, "backend=vllm", setting)) != cell_id(v), setting
+    assert cell_id(_compose(*FAST, "backend=vllm", "backend.routed_experts=false")) == cell_id(v)
 
 
 def test_grid_sweeper_runs_the_union_of_tables_once():

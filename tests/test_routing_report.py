@@ -15,7 +15,16 @@ from ecospec.analysis.acceptance import anchor_drop, compare_by_depth, held_out
 from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes, step_draft_tokens
 from ecospec.report.records import records_frame
-from ecospec.report.routing import CORPUS, RECORDS, build_routing, collect, te_paper_table, te_table
+from ecospec.report.routing import (
+    CORPUS,
+    RECORDS,
+    VLLM_RECORDS,
+    build_routing,
+    collect,
+    distance_table,
+    te_paper_table,
+    te_table,
+)
 from ecospec.report.synthetic import synthetic_records
 
 K, LAYERS, N = 2, 3, 8
@@ -212,6 +221,32 @@ def test_without_traces_the_routing_tables_and_figures_are_skipped(recs, tmp_pat
     assert "overlap_step1" not in {t.name for t in tables} and "overlap_te_paper" in {t.name for t in tables}
     assert {"Overlap Tables 2, 13", "Overlap Tables 14, 15", "Overlap Table 16"} <= set(missing)
     assert collect(frame.iloc[0:0]).sources == []
+
+
+def test_vllm_routes_are_a_source_of_their_own_beside_our_traces(recs):
+    """A vLLM record's committed sequences (vLLM's own routing) pool into a "vLLM records" source; where vLLM routed
+    the same sequence as our engine, the two sources' statistics agree."""
+    from ecospec.analysis.overlap import routing_stats
+
+    seq = _random_routes(30, seed=3)
+    accepted = [2, 0, 3, 1, 0, 2]
+    committed = seq[: sum(a + 1 for a in accepted)]
+    hf = copy.deepcopy(_k3(recs)[0])
+    hf["trace"] = _steps(seq, accepted)
+    vllm = copy.deepcopy(hf)
+    vllm.pop("trace")
+    vllm["config"]["backend"] = {"name": "vllm", "tp": 1}
+    vllm["summary"]["num_experts"] = N
+    vllm["routes"] = [{"prompt": "p/0", "turn": 0, "tokens": list(range(len(committed))), "routes": committed.tolist()}]
+    data = collect(_frame([hf, vllm]))
+    assert [s.data for s in data.sources] == [RECORDS, VLLM_RECORDS]
+    ours, theirs = data.sources
+    assert theirs.sequences == 1 and theirs.stats.all.tokens == len(committed)
+    assert theirs.stats.all.overlap == pytest.approx(ours.stats.all.overlap)
+    assert theirs.stats.all.overlap == pytest.approx(routing_stats(committed, N, 4, 4).overlap)
+    assert list(data.tokens) == ["/x/0/result.json"]  # acceptance reads our traces only: vLLM records have none
+    labels = set(distance_table(data)["Data"])
+    assert f"{VLLM_RECORDS}: pooled (1 sequences, 1 datasets)" in labels
 
 
 def test_tiny_build_traces_are_a_corpus_source(recs, tmp_path):

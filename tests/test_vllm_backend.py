@@ -10,6 +10,7 @@ import pytest
 
 from ecospec.vllm_backend.args import server_args, speculative_config
 from ecospec.vllm_backend.env import _shim
+from ecospec.vllm_backend.routes import decode_routes
 from ecospec.vllm_backend.summary import cell_summary
 
 SETTINGS = {"served_name": "m", "dtype": "bfloat16", "tp": 4, "max_model_len": 4096, "enforce_eager": False}
@@ -93,3 +94,21 @@ def test_a_tokenizer_that_adds_bos_itself_gets_the_text_without_it():
     texts, ids = dataset_prompts({"model": {"chat_template": False}}, tok, load_prompts("humaneval", 2, None))
     assert not any(t.startswith("<|bos|>") for t in texts)
     assert [tok(t).input_ids for t in texts] == ids and all(x.count(1) == 1 for x in ids)
+
+
+def test_routed_experts_decode_from_the_servers_base64_npy():
+    """vLLM sends `routed_experts` as a base64 `.npy` of the narrowest int dtype; we read [tokens, layers, k]."""
+    import base64
+    import io
+
+    import numpy as np
+
+    routes = np.random.default_rng(0).integers(0, 128, size=(7, 4, 8)).astype(np.uint8)
+    buf = io.BytesIO()
+    np.save(buf, routes, allow_pickle=False)
+    got = decode_routes(base64.b64encode(buf.getvalue()).decode("ascii"))
+    assert got.dtype == np.int64 and (got == routes).all()
+    buf = io.BytesIO()
+    np.save(buf, routes[0], allow_pickle=False)
+    with pytest.raises(ValueError, match=r"\[tokens, MoE layers, k\], got shape \(4, 8\)"):
+        decode_routes(base64.b64encode(buf.getvalue()).decode("ascii"))

@@ -57,6 +57,10 @@ BACKENDS = ("hf", "vllm")
 # what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
 VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
 VLLM_METHODS = ("ar", "eagle3", "mtp", "draft", "ngram")  # vllm_backend.args.METHODS (not imported: stdlib here)
+ROUTED_ON_CPU = (
+    "vLLM returns routed experts only from its Model Runner V2, which needs Triton and a GPU; its CPU "
+    "build runs the V1 runner (docs/vllm.md): run it on a GPU, or backend=hf with trace_steps > 0"
+)
 # What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
 TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
 TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
@@ -102,6 +106,8 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     backend = out.pop("backend", None) or {"name": "hf"}
     if backend.get("name", "hf") != "hf":  # an hf cell keeps the id it had before the knob existed
         out["backend"] = {k: backend.get(k) for k in VLLM_IDENTITY}
+        if backend.get("routed_experts"):  # the record holds vLLM's routes too (cells without them keep their ids)
+            out["backend"]["routed_experts"] = True
     return out
 
 
@@ -487,6 +493,8 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
     if d["model"].get("source") == "random":
         raise _bad("model", d["model"]["name"], "a random preset has no checkpoint for vLLM to load: use model=tiny "
                    "or a real model")  # fmt: skip
+    if b.get("routed_experts") and d.get("device") == "cpu":
+        raise _bad("backend.routed_experts", True, ROUTED_ON_CPU)
     for key in ("max_model_len", "rounds", "warmups"):
         v = b.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "warmups" else 1):

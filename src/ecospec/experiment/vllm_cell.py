@@ -15,10 +15,12 @@ from pathlib import Path
 
 import torch
 
+from ecospec.experiment.config import ROUTED_ON_CPU
 from ecospec.experiment.job import run_job
 from ecospec.vllm_backend.args import server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
 from ecospec.vllm_backend.env import vllm_cli
+from ecospec.vllm_backend.routes import record_routes
 from ecospec.vllm_backend.server import Server, stop_on_signals
 from ecospec.vllm_backend.summary import cell_summary
 
@@ -87,6 +89,9 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
                           temperature=d["temperature"], top_p=d["top_p"], seed=d["seed"],
                           warmups=s["warmups"])  # fmt: skip
     cpu = device.type == "cpu"
+    routed = bool(s.get("routed_experts"))
+    if routed and cpu:
+        raise ValueError(f"backend.routed_experts=true: {ROUTED_ON_CPU}")
     cli = vllm_cli(s.get("python"))  # vllm serve, and vllm bench serve even against a server someone else runs
     names = ["ar"] if method == "ar" else ["ar", method]
     urls = {"ar": s.get("ar_url") if method != "ar" else s.get("url"), method: s.get("url")}
@@ -94,7 +99,8 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
         raise ValueError("backend.url names the method's server: the AR denominator needs backend.ar_url too")
     servers = {
         n: Server(cli, target, server_args(s, n, d["gamma"], draft, d["seed"], cpu), out / f"{n}.server.log",
-                  url=urls[n], startup_timeout_s=s["startup_timeout_s"], model_name=s["served_name"])
+                  url=urls[n], startup_timeout_s=s["startup_timeout_s"], model_name=s["served_name"],
+                  env={"VLLM_USE_V2_MODEL_RUNNER": "1"} if routed else None)  # routes come from the V2 runner only
         for n in names
     }  # fmt: skip
     rounds: dict[str, list[dict]] = {n: [] for n in names}
@@ -116,9 +122,14 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
                         version = srv.get("/version").get("version")
                     for r in range(s["rounds"]):
                         rounds[n].append(run_round(cli, srv, tokenizer_path, data, bench, out, f"{n}-round{r}", log))
+                    if routed and n == method:  # after the timed rounds: the committed sequences' routes
+                        pairs = [(p.id, x) for p, x in zip(prompts, ids, strict=True)]
+                        record["routes"] = record_routes(srv, pairs, d["max_new_tokens"], d["temperature"], d["seed"])
     record["summary"] = cell_summary(method, rounds[method], rounds["ar"], d["batch_size"])
     record["summary"]["prompts"] = len(texts)
     record["summary"]["matches_ar"] = _matches(rounds, method, d["temperature"])
+    if routed:  # N for the overlap analysis's baselines (the routes alone may miss an expert no token chose)
+        record["summary"]["num_experts"] = _num_experts(target)
     record["env"]["vllm_version"] = version
     record["env"]["storage"] = {"quantization": _quantization(servers["ar"].log), "dtype": s["dtype"]}
     record["server_args"] = {n: srv.args for n, srv in servers.items()}
@@ -134,6 +145,14 @@ def _matches(rounds: dict, method: str, temperature: float) -> float | None:
     if not a or not b or len(a) != len(b):
         return None
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def _num_experts(target: str) -> int | None:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(target)
+    return next((getattr(cfg, k) for k in ("num_experts", "num_local_experts", "n_routed_experts") if hasattr(cfg, k)),
+                None)  # fmt: skip
 
 
 def _quantization(log: Path) -> str | None:

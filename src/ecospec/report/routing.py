@@ -6,6 +6,8 @@ Routing data per model, each row saying which it used (`Data`):
   (`analysis.traces.sequence_routes`; cells run with trace_steps > 0), pooled over records, with the datasets as
   the data slices (Table 18's spread). At T = 0 every method commits the same greedy sequence, so a (dataset,
   prompt, turn) enters once (its longest trace); sampled (T > 0) sequences all enter.
+* "vLLM records": the committed sequences of `backend=vllm` records run with `backend.routed_experts=true`, routed by
+  vLLM itself (`vllm_backend.routes`), pooled the same way: a second engine's routing beside ours.
 * "tiny corpus": for a tiny model (config source `tiny`) the routing traces of its build (`ecospec.tiny.build`,
   stage `traces`: the target over corpus windows), when that build is on this machine.
 Statistics (`analysis.overlap`): overlap at step distance 1-4, its uniform (k/N) and independence baselines,
@@ -37,7 +39,8 @@ from ecospec.report.tables import PAPER_GAMMA, Table, _at, _newest, model_label,
 
 WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the root
 MAX_DISTANCE = 4  # step distances of Table 17
-RECORDS, CORPUS = "SD records", "tiny corpus"
+RECORDS, VLLM_RECORDS, CORPUS = "SD records", "vLLM records", "tiny corpus"
+DATA_ORDER = (RECORDS, VLLM_RECORDS, CORPUS)
 # conf/model name -> the overlap paper's model name (report/paper_overlap/README.md)
 PAPER_MODELS = {"qwen3": "qwen3_235b", "qwen3_30b": "qwen3_30b", "mixtral": "mixtral", "gptoss": "gptoss_120b"}
 PAPER_LABELS = {
@@ -59,7 +62,7 @@ class RoutingSource:
     """Routing statistics of one model from one kind of data."""
 
     model: str
-    data: str  # RECORDS or CORPUS
+    data: str  # one of DATA_ORDER
     stats: Pooled  # slices: datasets (records) or the one corpus slice
     sequences: int
     used: pd.DataFrame  # the records behind it (none for a corpus)
@@ -95,13 +98,22 @@ def _source(model: str, data: str, routes: list, slices: list, n_experts: int, u
     return RoutingSource(model, data, stats, len(routes), used, _ipf(stats.all), _ipf(stats.all, stats.all.probs))
 
 
-def _record_sources(traced: pd.DataFrame) -> list[RoutingSource]:
+def _trace_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
+    return sequence_routes(rec.trace)
+
+
+def _vllm_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
+    return [((r["prompt"], r["turn"]), np.asarray(r["routes"], dtype=np.int64)) for r in rec.routes]
+
+
+def _record_sources(traced: pd.DataFrame, data: str, sequences) -> list[RoutingSource]:
+    """One source per model from its records' committed sequences (`sequences(record)`: ((prompt, turn), routes))."""
     out = []
     for model, rows in traced.groupby("model", sort=True):
         seqs: dict[tuple, tuple[str, np.ndarray]] = {}
         for rec in rows.itertuples():
             runs: Counter = Counter()  # a (prompt, turn) whose trace has a gap gives several runs
-            for (prompt, turn), routes in sequence_routes(rec.trace):
+            for (prompt, turn), routes in sequences(rec):
                 runs[prompt, turn] += 1
                 key = (prompt, turn, runs[prompt, turn]) + ((rec.dataset,) if rec.temperature == 0 else (rec.path,))
                 if key not in seqs or len(routes) > len(seqs[key][1]):
@@ -109,12 +121,12 @@ def _record_sources(traced: pd.DataFrame) -> list[RoutingSource]:
         shapes = Counter(r.shape[1:] for _, r in seqs.values())
         shape = shapes.most_common(1)[0][0]
         if len(shapes) > 1:
-            warnings.warn(f"model {model}: traces of other [layers, k] than {shape} left out", stacklevel=3)
+            warnings.warn(f"model {model}: {data} routes of other [layers, k] than {shape} left out", stacklevel=3)
         kept = [(d, r) for d, r in seqs.values() if r.shape[1:] == shape]
         n = rows["num_experts"].dropna()
         n_experts = int(n.mode().iloc[0]) if len(n) else int(max(r.max() for _, r in kept)) + 1
-        used = rows.drop(columns=["trace", "expert_load"])
-        out.append(_source(model, RECORDS, [r for _, r in kept], [d for d, _ in kept], n_experts, used))
+        used = rows.drop(columns=["trace", "routes", "expert_load"], errors="ignore")
+        out.append(_source(model, data, [r for _, r in kept], [d for d, _ in kept], n_experts, used))
     return out
 
 
@@ -148,10 +160,13 @@ def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = N
         ok = ok[ok["expert_budget"].isna()]
     # astype(bool): on an empty frame the mapped mask is of dtype object, and indexing by it drops every column
     traced = ok[ok["trace"].map(_has_trace).astype(bool)] if "trace" in ok else ok.iloc[0:0]
-    data = RoutingData(traced=traced.drop(columns=["trace", "expert_load"], errors="ignore"))
+    routed = ok[ok["routes"].map(_has_trace).astype(bool)] if "routes" in ok else ok.iloc[0:0]
+    data = RoutingData(traced=traced.drop(columns=["trace", "routes", "expert_load"], errors="ignore"))
     if len(traced):
-        data.sources = _record_sources(traced)
+        data.sources = _record_sources(traced, RECORDS, _trace_sequences)
         data.tokens = {rec.path: draft_tokens(rec.trace) for rec in traced.itertuples()}
+    if len(routed):
+        data.sources += _record_sources(routed, VLLM_RECORDS, _vllm_sequences)
     for model, cfg in sorted((model_configs or {}).items()):
         corpus = corpus_routes(cfg)
         if corpus is not None:
@@ -159,7 +174,7 @@ def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = N
             none = data.traced.iloc[0:0]
             data.sources.append(_source(model, CORPUS, routes, [CORPUS] * len(routes), n, none))
     order = {m: i for i, m in enumerate(sorted({s.model for s in data.sources}))}
-    data.sources.sort(key=lambda s: (order[s.model], s.data != RECORDS))
+    data.sources.sort(key=lambda s: (order[s.model], DATA_ORDER.index(s.data)))
     return data
 
 
@@ -203,8 +218,8 @@ def _data_label(s: RoutingSource, slice_name: str | None = None) -> str:
     if s.data == CORPUS:
         return f"{CORPUS} ({s.sequences} windows)"
     if slice_name is None:
-        return f"{RECORDS}: pooled ({s.sequences} sequences, {len(s.stats.slices)} datasets)"
-    return f"{RECORDS}: {slice_name}"
+        return f"{s.data}: pooled ({s.sequences} sequences, {len(s.stats.slices)} datasets)"
+    return f"{s.data}: {slice_name}"
 
 
 # -- routing tables ----------------------------------------------------------------------------------------------
@@ -249,7 +264,7 @@ def distance_table(data: RoutingData) -> pd.DataFrame:
         base = {"Model": model_label(s.model), "Source": "ours"}
         a = s.stats.all
         rows.append({**base, "Data": _data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
-        if s.data == RECORDS and len(s.stats.slices) > 1:
+        if s.data != CORPUS and len(s.stats.slices) > 1:
             for name, st in s.stats.slices.items():
                 rows.append({**base, "Data": _data_label(s, name),
                              **_distance_row(st.overlap, st.independence, st.tokens)})  # fmt: skip
