@@ -231,7 +231,8 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
     return ar
 
 
-def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict) -> dict:
+def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict,
+             storage: dict) -> dict:  # fmt: skip
     s = summarize(rows, batches)
     s["ar_tokens_per_s"] = ar["tokens_per_s"]
     s["ar_source"] = ar.get("source", "ecospec")
@@ -254,7 +255,7 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] 
         s["matches_ar"] = None
     info = moe_info(comp.target)
     # bytes of the weights as loaded (env.storage), not as the checkpoint stores them
-    cost = model_cost(cfg["model"], loaded_formats(loaded_storage(comp.target)))
+    cost = model_cost(cfg["model"], loaded_formats(storage))
     s["hbm_bytes_per_verify"] = verify_hbm_bytes(cost, s["experts_per_layer"] or 0.0)
     s["predictor_accuracy"] = comp.predictor_accuracy
     s["top_k"] = info.top_k
@@ -292,7 +293,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     is_ar = d["method"]["name"] == "ar"
     own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
     ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches)
-    record["summary"] = _summary(comp, d, rows, batches, ar)
+    record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"])
     if batches:
         record["batches"] = [{k: v for k, v in b.items() if k != "keys"} for b in batches]
     record["prompts"] = [public_row(r) for r in rows]

@@ -147,12 +147,12 @@ def _matches(rounds: dict, method: str, temperature: float) -> float | None:
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
 
 
-def _num_experts(target: str) -> int | None:
+def _num_experts(target: str) -> int:
     from transformers import AutoConfig
 
-    cfg = AutoConfig.from_pretrained(target)
-    return next((getattr(cfg, k) for k in ("num_experts", "num_local_experts", "n_routed_experts") if hasattr(cfg, k)),
-                None)  # fmt: skip
+    from ecospec.models.adapters import config_moe_info
+
+    return config_moe_info(AutoConfig.from_pretrained(target)).num_experts
 
 
 def _quantization(log: Path) -> str | None:

@@ -155,14 +155,18 @@ def config_moe_info(config) -> MoeInfo:
         raise _unsupported(f"config of model_type {model_type!r} ({type(config).__name__})")
     key = f"{model_type}:{config.to_json_string(use_diff=False)}"
     if key not in _CONFIG_INFO_CACHE:
-        from transformers import AutoModelForCausalLM
-        from transformers.initialization import no_init_weights
-
-        config = copy.deepcopy(config)
-        # The kernels do not matter for shapes; avoid availability checks (e.g. flash-attn on a CPU box).
-        config._attn_implementation = "eager"
-        config._experts_implementation = "eager"
-        with torch.device("meta"), no_init_weights():
-            model = AutoModelForCausalLM.from_config(config)
-        _CONFIG_INFO_CACHE[key] = moe_info(model)
+        _CONFIG_INFO_CACHE[key] = moe_info(meta_model(config))
     return _CONFIG_INFO_CACHE[key]
+
+
+def meta_model(config) -> torch.nn.Module:
+    """The model of `config` on the meta device (no memory, no init): its module shapes, for any size."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    config = copy.deepcopy(config)
+    # The kernels do not matter for shapes; avoid availability checks (e.g. flash-attn on a CPU box).
+    config._attn_implementation = "eager"
+    config._experts_implementation = "eager"
+    with torch.device("meta"), no_init_weights():
+        return AutoModelForCausalLM.from_config(config)

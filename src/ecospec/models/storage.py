@@ -87,16 +87,14 @@ def partial_blocks(config) -> list[str]:
     """The block-FP8 weights whose last block is partial ('name rows x cols'), counted on the meta device (no
     weights read). transformers 5.24 dequantizes with a block height of rows // scale rows, so such a weight fails
     the load or loads wrong values (DeepSeek-V3's kv_a_proj_with_mqa: 512 + 64 = 576 rows, 4.5 blocks of 128)."""
-    from transformers import AutoModelForCausalLM
+    from ecospec.models.adapters import meta_model
 
     q = getattr(config, "quantization_config", None) or {}
     q = q if isinstance(q, dict) else q.to_dict()
     rows, cols = q.get("weight_block_size") or (128, 128)
     skip = tuple(q.get("modules_to_not_convert") or ()) + ("lm_head",)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
     out = []
-    for name, module in model.named_modules():
+    for name, module in meta_model(config).named_modules():
         if isinstance(module, nn.Linear) and not any(k in name for k in skip):
             r, c = module.weight.shape
             if r % rows or c % cols:

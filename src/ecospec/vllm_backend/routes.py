@@ -25,7 +25,7 @@ def decode_routes(b64: str) -> np.ndarray:
     return routes.astype(np.int64)
 
 
-def sequence_routes(server: Server, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0,
+def completion_routes(server: Server, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0,
                     seed: int = 0) -> tuple[list[int], np.ndarray]:  # fmt: skip
     """(generated token ids, routes [tokens, MoE layers, k] from the last prompt token on) of one completion."""
     body = {"model": server.model_name, "prompt": list(prompt_ids), "max_tokens": max_tokens,
@@ -44,6 +44,6 @@ def record_routes(server: Server, prompts: list[tuple[str, list[int]]], max_toke
     ([tokens][MoE layers][k])}, the committed sequence of its first turn."""
     out = []
     for prompt_id, ids in prompts:
-        tokens, routes = sequence_routes(server, ids, max_tokens, temperature, seed)
+        tokens, routes = completion_routes(server, ids, max_tokens, temperature, seed)
         out.append({"prompt": prompt_id, "turn": 0, "tokens": tokens, "routes": routes.tolist()})
     return out
