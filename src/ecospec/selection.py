@@ -74,7 +74,7 @@ def select_batch(
     per sequence); returns each sequence's chosen node indices, sorted.
 
     `shared_buffer=False`, or a policy without a buffer (confidence, global_cost): `select` per sequence.
-    `shared_buffer=True` with ecospec / oracle (DESIGN.md, "Batches"): one verify pass loads the union of the
+    `shared_buffer=True` with ecospec / oracle (docs/design.md, "Batches"): one verify pass loads the union of the
     batch's experts, so one buffer B serves the batch. B starts as the union of the roots' sets; each
     sequence keeps its own budget. Repeat: among the frontier nodes of every sequence with budget left, take
     the largest P / (|E_traj(i) minus B| + eps), ties to larger P, smaller depth, smaller sequence index,

@@ -1,6 +1,6 @@
 """One target forward over a batch of sequences, each with its own block (a prompt, or a root and its tree).
 
-The batched verify pass of DESIGN.md ("Batches"): every row has its own committed length, positions and tree
+The batched verify pass of docs/design.md ("Batches"): every row has its own committed length, positions and tree
 mask; one forward runs them all. Layout of the shared `DynamicCache` (right-padded): row b's committed entries
 are slots [0, lengths[b]) at positions 0..lengths[b]-1; slots beyond are padding or stale and never visible.
 A forward appends its q block slots after the cache's C slots (q = the longest block; shorter blocks are padded

@@ -1,4 +1,4 @@
-"""The decode loop for a batch (DESIGN.md, "Batches"): every sequence drafts its own tree and selects its own
+"""The decode loop for a batch (docs/design.md, "Batches"): every sequence drafts its own tree and selects its own
 nodes; one target forward verifies every sequence's block; each sequence accepts, compacts its cache row and,
 once finished, leaves the batch.
 

@@ -1,4 +1,4 @@
-"""MoE-Spec's expert budget (DESIGN.md, "Expert budget"; lossy, a comparison method): during a verify pass every MoE
+"""MoE-Spec's expert budget (docs/design.md, "Expert budget"; lossy, for comparison): during a verify pass every MoE
 layer loads at most `budget` experts, the ones with the largest score summed over the pass's tokens.
 
 The score is the router's softmax over all experts (Qwen3-MoE, Mixtral, GPT-OSS) or DeepSeek-V3's sigmoid score plus

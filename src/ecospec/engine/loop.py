@@ -86,7 +86,7 @@ def generate(
     expert_budget: int | None = None,
     budget_policy: str = "truncate",
 ) -> GenerateResult:
-    """Generate up to `max_new_tokens` tokens for one prompt (see DESIGN.md, Public API).
+    """Generate up to `max_new_tokens` tokens for one prompt (see docs/design.md, Public API).
 
     `trace=True` keeps each verify pass's block (tokens, parents, depths), accepted path and routes in
     `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step). `draft_stop`: adaptive

@@ -50,15 +50,28 @@ def _dtype(name: str | None) -> torch.dtype | str:
 
 
 def _tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
-    """The tiny build's directories, built first where missing; `until`: an optional stage too (e.g. "gto")."""
+    """The embedded default's directories: the release (checked, nothing trains) or, for another budget or
+    ECOSPEC_TINY=cache, a cache build made first where missing; `until`: an optional stage too (e.g. "gto")."""
     tiny = importlib.import_module("ecospec.tiny.build")
     budget = model.get("budget", "full")
     stages = tiny.status(budget)["stages"].values()
     if any(st["status"] != "done" for st in stages):
-        tiny.build(budget)  # the first time: about 15 minutes on 2 cores, with progress bars and a summary
+        tiny.build(budget)  # a cache build, the first time (the full budget: about 15 minutes on 2 cores)
     if until is not None:
-        tiny.build(budget, until=until)  # a no-op once built
+        tiny.build(budget, until=until)  # a no-op once built (and for the release)
     return tiny.paths(budget)
+
+
+def tiny_weights(model: dict) -> dict:
+    """Which embedded default a tiny cell uses: ``{"source": "release", "identity": ...}`` or the cache build's
+    version and folder."""
+    tiny = importlib.import_module("ecospec.tiny.build")
+    budget = model.get("budget", "full")
+    if tiny.source(budget) == "release":
+        from ecospec.tiny.release import identity
+
+        return {"source": "release", "identity": identity(tiny.get_budget(budget))}
+    return {"source": "cache", "version": tiny.version(budget), "root": str(tiny.root_dir(budget))}
 
 
 def parallel_mode(model: dict) -> str:

@@ -499,7 +499,7 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
         v = b.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "warmups" else 1):
             raise _bad(f"backend.{key}", v, "must be a positive integer")
-    for key in ("tp", "requests", "requests_per_seq"):
+    for key in ("tp", "requests", "requests_per_seq", "cpu_kv_cache_mib"):
         v = b.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise _bad(f"backend.{key}", v, "must be null or a positive integer")

@@ -1,4 +1,4 @@
-"""Result records (DESIGN.md "Result records"): one `result.json` per cell, written atomically; per-prompt
+"""Result records (docs/design.md "Result records"): one `result.json` per cell, written atomically; per-prompt
 progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell continues where it stopped."""
 
 from __future__ import annotations

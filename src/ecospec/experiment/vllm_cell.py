@@ -9,6 +9,7 @@ always stopped (`vllm_backend.server`). The record has the usual schema with vLL
 
 from __future__ import annotations
 
+import json
 import re
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 
 from ecospec.experiment.config import ROUTED_ON_CPU
 from ecospec.experiment.job import run_job
-from ecospec.vllm_backend.args import server_args
+from ecospec.vllm_backend.args import kv_cache_bytes, server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
 from ecospec.vllm_backend.env import vllm_cli
 from ecospec.vllm_backend.routes import record_routes
@@ -97,8 +98,9 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
     urls = {"ar": s.get("ar_url") if method != "ar" else s.get("url"), method: s.get("url")}
     if s.get("url") and method != "ar" and not s.get("ar_url"):
         raise ValueError("backend.url names the method's server: the AR denominator needs backend.ar_url too")
+    kv = _kv_bytes(target, s, d["batch_size"]) if cpu else None
     servers = {
-        n: Server(cli, target, server_args(s, n, d["gamma"], draft, d["seed"], cpu), out / f"{n}.server.log",
+        n: Server(cli, target, server_args(s, n, d["gamma"], draft, d["seed"], cpu, kv), out / f"{n}.server.log",
                   url=urls[n], startup_timeout_s=s["startup_timeout_s"], model_name=s["served_name"],
                   env={"VLLM_USE_V2_MODEL_RUNNER": "1"} if routed else None)  # routes come from the V2 runner only
         for n in names
@@ -162,3 +164,12 @@ def _quantization(log: Path) -> str | None:
     except OSError:
         return None
     return None if m is None or m.group(1) == "None" else m.group(1)
+
+
+def _kv_bytes(target: str, s: dict, batch_size: int) -> int | None:
+    """The CPU server's KV cache for this cell, from the target's config.json (None: no local config to read)."""
+    try:
+        config = json.loads((Path(target) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return kv_cache_bytes(config, s["max_model_len"], batch_size, s["dtype"])

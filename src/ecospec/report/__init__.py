@@ -3,7 +3,7 @@ values beside ours, modeled GPU numbers, the MoE-Spec comparison (table and `par
 paper's routing, acceptance and target-efficiency tables (`routing.py`), the figures, and an index `README.md` of
 what came from which sweeps.
 
-`report/` reads result files only, never models (DESIGN.md "Data flows one way").
+`report/` reads result files only, never models (docs/design.md "Data flows one way").
 """
 
 from __future__ import annotations

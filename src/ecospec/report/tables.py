@@ -286,7 +286,7 @@ def table02_hbm(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 
 def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 3: per-step latency breakdown, α and speedup, T=0, mean over the benchmarks present; and the cost
-    regime (DESIGN.md): T_draft / T_AR (AR's time per token) and T_pred / T_verify."""
+    regime (docs/design.md): T_draft / T_AR (AR's time per token) and T_pred / T_verify."""
     cells = _greedy(frame, defaults).copy()
     cells["draft_over_ar"] = cells["t_draft_s"] / cells["ar_t_step_s"]
     cells["pred_over_verify"] = cells["t_pred_s"] / cells["t_verify_s"]

@@ -1,11 +1,11 @@
-"""The embedded default: a tokenizer, a small Qwen3-MoE target (and later its drafter, routing traces and
-expert predictor) trained on CPU from the interpreter's own standard library, once, and cached.
+"""The embedded default: a tokenizer, a small Qwen3-MoE target, its EAGLE-3 head and expert predictor, trained on
+CPU from the interpreter's own standard library by the recipe here, and released once in ``tiny/release/``.
 
-    from ecospec.tiny import load_tiny_target, load_tiny_tokenizer
-    target = load_tiny_target()        # builds on first use (python -m ecospec.tiny build)
-    tok = load_tiny_tokenizer()
+    from ecospec.tiny import load_tiny
+    target, tokenizer, drafter, predictor = load_tiny()   # the release, checked in place; nothing trains
 
-See ``ecospec.tiny.build`` for the cache layout and the budgets, ``corpus`` and ``target`` for the recipes.
+See ``ecospec.tiny.release`` for the release, ``ecospec.tiny.build`` for the cache layout and the budgets,
+``corpus`` and ``target`` for the recipes.
 """
 
 from ecospec.tiny.build import (
@@ -18,9 +18,11 @@ from ecospec.tiny.build import (
     build,
     cache_root,
     get_budget,
+    load_tiny,
     load_tiny_target,
     load_tiny_tokenizer,
     paths,
+    source,
     status,
     version,
 )
@@ -45,11 +47,13 @@ __all__ = [
     "cache_root",
     "check_routing",
     "get_budget",
+    "load_tiny",
     "load_tiny_target",
     "load_tiny_tokenizer",
     "paths",
     "routing_load_stats",
     "routing_stats_from_routes",
+    "source",
     "status",
     "version",
 ]

@@ -1,9 +1,14 @@
 """Build and cache the embedded default: corpus + tokenizer, target, then the drafter, traces and predictor.
 
+The full budget is released: trained once and shipped in ``ecospec/tiny/release/`` (``tiny.release``), which every
+caller gets (``source``: unless ``$ECOSPEC_TINY=cache``), so nothing trains on first use. This module trains the
+budgets into the cache: the small and micro ones the tests use, and the full one for whoever retrains it
+(``python -m ecospec.tiny build --force``, compared with the release) or cuts a release (``make release-tiny``).
+
 Layout (``paths()``)::
 
     $ECOSPEC_CACHE (default ~/.cache/ecospec)/
-      tiny-<version>/              version = hash of the whole recipe (Budget, cache format, Python minor)
+      tiny-<version>/              version = hash of the recipe's identity (tiny.release) and the Python minor
         .lock                      build lock (fcntl), so concurrent builds wait for each other
         corpus/   done.json  corpus.json  train.npy  val.npy  tokenizer/
         target/   done.json  model/  (HF config + safetensors + tokenizer files)
@@ -18,9 +23,9 @@ has another key is rebuilt, and so is everything after it. A missing stage whose
 finished one in a sibling ``tiny-*`` directory (another recipe that differs only downstream) is
 copied from there instead of rebuilt.
 
-Budgets: ``"full"`` (the embedded default; the whole build is designed to fit 20 minutes on 2 CPU
-cores), ``"small"`` (a ~2-3 minute end-to-end version for slow tests) and ``"micro"`` (seconds; unit
-tests). Results are deterministic for a budget and a thread count (``build(threads=2)`` by default).
+Budgets: ``"full"`` (the embedded default: 17 minutes on 2 CPU cores, measured for the release), ``"small"`` (a
+~2-3 minute end-to-end version for slow tests) and ``"micro"`` (seconds; unit tests). Results are deterministic for
+a budget, a processor, a thread count (``build(threads=2)`` by default) and a Python (the corpus is its stdlib).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from ecospec.tiny.target import TargetRecipe
 
 CACHE_FORMAT = 1  # bump when the layout or the meaning of a stage's files change
 DEFAULT_THREADS = 2
+ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,6 @@ BUDGETS: dict[str, Budget] = {
             steps=30,
             warmup_steps=3,
             eval_tokens=1024,
-            enforce_routing=False,
         ),
         drafter=DrafterRecipe(
             steps=10, batch_size=2, seq_len=64, intermediate_size=64, train_windows=40, eval_windows=4
@@ -151,8 +156,22 @@ def get_budget(budget: str | Budget) -> Budget:
 
 
 def version(budget: str | Budget = "full") -> str:
+    """The cache folder's name: the recipe's identity and this Python's minor version (the corpus is its stdlib)."""
+    from ecospec.tiny.release import identity
+
+    return digest({"identity": identity(get_budget(budget)), "python": list(sys.version_info[:2])})
+
+
+def source(budget: str | Budget = "full", choice: str | None = None) -> str:
+    """Where the budget's models come from: ``release`` (the shipped one: the full budget, unless ``$ECOSPEC_TINY``
+    or `choice` says ``cache``) or ``cache`` (trained here, on first use)."""
+    choice = choice or os.environ.get(ENV_SOURCE) or "release"
+    if choice not in ("release", "cache"):
+        raise ValueError(
+            f"{ENV_SOURCE}={choice!r}: choose release (the shipped embedded default) or cache (train here)"
+        )
     b = get_budget(budget)
-    return digest({"format": CACHE_FORMAT, "python": list(sys.version_info[:2]), "budget": asdict(b)})
+    return "release" if choice == "release" and b == BUDGETS["full"] else "cache"
 
 
 def root_dir(budget: str | Budget = "full") -> Path:
@@ -173,6 +192,7 @@ class Context:
     dirs: dict[str, Path]
     metrics: dict[str, dict]
     progress: bool = True
+    strict: bool = False  # the target's routing check fails the build instead of warning
 
     def bar(self, iterable=None, **kwargs):
         """A tqdm bar (disabled when ``progress`` is False); as a factory: ``ctx.bar(total=n, desc=...)``."""
@@ -269,7 +289,13 @@ def _target_stage(ctx: Context) -> dict:
         f"{r.hidden_size}; {r.steps} steps x {r.batch_size} x {r.seq_len} tokens"
     )
     model, metrics = train_target(
-        r, ctx.tokens("train"), ctx.tokens("val"), len(tok), progress=lambda **kw: ctx.bar(**kw), log=ctx.log
+        r,
+        ctx.tokens("train"),
+        ctx.tokens("val"),
+        len(tok),
+        progress=lambda **kw: ctx.bar(**kw),
+        log=ctx.log,
+        strict=ctx.strict,
     )
     model.save_pretrained(ctx.out / "model")
     tok.save_pretrained(ctx.out / "model")
@@ -324,10 +350,17 @@ def _stage_keys(budget: Budget) -> dict[str, str]:
     return keys
 
 
-def paths(budget: str | Budget = "full") -> dict[str, Path]:
-    """Directories of the build (they exist once built): ``root``, one per stage, and shortcuts
-    ``tokenizer`` (HF tokenizer dir) and ``target_model`` (HF model dir, tokenizer files included)."""
-    root = root_dir(budget)
+def paths(budget: str | Budget = "full", choice: str | None = None) -> dict[str, Path]:
+    """Directories of the build (they exist once built) or of the release (checked first: ``source``): ``root``,
+    one per stage, and shortcuts ``tokenizer`` (HF tokenizer dir) and ``target_model`` (HF model dir, tokenizer
+    files included). The release has no ``traces``."""
+    if source(budget, choice) == "release":
+        from ecospec.tiny.release import RELEASE_DIR, verify
+
+        verify(get_budget(budget))
+        root = RELEASE_DIR
+    else:
+        root = root_dir(budget)
     out = {"root": root, **{s.name: root / s.name for s in STAGES}}
     out["tokenizer"] = root / "corpus" / "tokenizer"
     out["target_model"] = root / "target" / "model"
@@ -389,15 +422,20 @@ def build(
     progress: bool = True,
     until: str | None = None,
     threads: int | None = DEFAULT_THREADS,
+    strict: bool = False,
 ) -> dict:
     """Build (or reuse) every stage up to ``until`` (default: all) and return the summary:
     ``{"budget", "version", "root", "seconds", "stages": {name: {"status", "seconds", "dir", "metrics"}}}``
-    where status is ``built``, ``cached`` or ``copied`` and seconds is the stage's original build time.
-    ``force`` rebuilds the stages; ``threads`` sets torch's intra-op threads for the build (None: leave
-    as is). Prints the summary when ``progress``."""
+    where status is ``built``, ``cached``, ``copied`` or ``released`` and seconds is the stage's original build
+    time. Where the release is in use (``source``), nothing trains: the summary is the release's. ``force``
+    retrains into the cache (the full budget: then compared with the release); ``strict`` fails on the routing
+    check instead of warning; ``threads`` sets torch's intra-op threads for the build (None: leave as is). Prints
+    the summary when ``progress``."""
     import torch
 
     b = get_budget(budget)
+    if not force and source(b) == "release":
+        return _release_summary(b, progress)
     names = [s.name for s in STAGES]
     if until is not None and until not in names:
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
@@ -432,7 +470,7 @@ def build(
                         status = "copied"
                     else:
                         tmp.mkdir()
-                        ctx = Context(b, root, tmp, dict(dirs), dict(metrics), progress)
+                        ctx = Context(b, root, tmp, dict(dirs), dict(metrics), progress, strict)
                         t0 = time.perf_counter()
                         if progress:
                             ctx.log(f"building stage {stage.name!r} ...")
@@ -473,7 +511,40 @@ def build(
     summary["loadavg_1min_at_start"] = load0
     if progress:
         print(format_summary(summary), flush=True)
+        if b == BUDGETS["full"] and until is None:
+            print(compare_with_release(summary), flush=True)
     return summary
+
+
+def _release_summary(b: Budget, progress: bool) -> dict:
+    from ecospec.tiny.release import RELEASE_DIR
+
+    where = paths(b)  # checks the release
+    summary: dict = {"budget": b.name, "version": version(b), "root": str(RELEASE_DIR), "source": "release",
+                     "stages": {}, "seconds": 0.0}  # fmt: skip
+    for stage in STAGES:
+        done = _read_done(where[stage.name])
+        if done is not None:
+            summary["stages"][stage.name] = {"status": "released", "seconds": done["seconds"],
+                                             "dir": str(where[stage.name]), "metrics": done["metrics"]}  # fmt: skip
+    summary["build_seconds"] = sum(s["seconds"] for s in summary["stages"].values())
+    return summary
+
+
+def compare_with_release(summary: dict) -> str:
+    """How a cache build's figures compare with the release's (held-out loss, routing, α, E, cost ratios)."""
+    from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest
+
+    try:
+        manifest = read_manifest()
+    except ReleaseError as e:
+        return f"no comparison with the release: {e}"
+    if manifest is None:
+        return "no release to compare with"
+    mine = figures({n: s["metrics"] for n, s in summary["stages"].items()})
+    return "\n".join([f"this build against the release ({manifest['built_by']['processor']}, "
+                      f"{manifest['built_by']['threads']} threads, Python {manifest['built_by'].get('python')}):",
+                      *compare(mine, manifest["figures"])])  # fmt: skip
 
 
 def format_summary(summary: dict) -> str:
@@ -491,11 +562,20 @@ def format_summary(summary: dict) -> str:
 
 
 def status(budget: str | Budget = "full") -> dict:
-    """Per stage: ``done`` (matching key), ``stale`` (other key) or ``missing``, with seconds/metrics."""
+    """Per stage: ``done`` (matching key, or in the release), ``stale`` (other key) or ``missing``, with
+    seconds/metrics; ``source``: release or cache."""
     b = get_budget(budget)
+    if source(b) == "release":
+        where = paths(b)
+        out = {"budget": b.name, "version": version(b), "root": str(where["root"]), "source": "release", "stages": {}}
+        for stage in STAGES:
+            done = _read_done(where[stage.name])
+            if not stage.optional and stage.name != "traces":
+                out["stages"][stage.name] = {"status": "done" if done else "missing", **(done or {})}
+        return out
     keys = _stage_keys(b)
     root = root_dir(b)
-    out: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
+    out: dict = {"budget": b.name, "version": version(b), "root": str(root), "source": "cache", "stages": {}}
     for stage in STAGES:
         if stage.optional:
             continue  # not part of a finished build; `build(until=name)` makes it
@@ -529,6 +609,16 @@ def load_tiny_target(budget: str | Budget = "full", progress: bool = True, **kwa
     ``from_pretrained`` (default: float32, eager attention and experts, like ``ecospec.models.tiny_model``)."""
     build(budget, until="target", progress=progress)
     return _load_model(paths(budget)["target_model"], **kwargs)
+
+
+def load_tiny(budget: str | Budget = "full", calibrated: bool = True):
+    """``(target, tokenizer, drafter, predictor)`` of the embedded default (the release, checked; another budget
+    or ``$ECOSPEC_TINY=cache``: a cache build, made first where missing): the EAGLE-3 head at its fitted draft
+    temperature and the final expert predictor."""
+    from ecospec.tiny.evaluate import load_components
+
+    build(budget, progress=False)
+    return load_components(paths(budget), calibrated=calibrated)
 
 
 def with_target(budget: str | Budget, **changes) -> Budget:

@@ -94,7 +94,11 @@ class Server:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ServerError(f"vllm serve exited with code {self.proc.returncode}: {self.tail()}")
+                tail = self.tail()
+                if "on kv cache allocation is less than requested memory" in tail:
+                    raise ServerError("vllm serve: too little free host memory for its KV cache (the log: "
+                                      f"{self.log}); free memory or set backend.cpu_kv_cache_mib lower")  # fmt: skip
+                raise ServerError(f"vllm serve exited with code {self.proc.returncode}: {tail}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
                     if r.status == 200:

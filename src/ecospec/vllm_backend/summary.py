@@ -1,4 +1,4 @@
-"""A vLLM cell's summary from its `vllm bench serve` rounds, in vLLM's words (DESIGN.md, "Two engines").
+"""A vLLM cell's summary from its `vllm bench serve` rounds, in vLLM's words (docs/design.md, "Two engines").
 
 TPOT: time per output token after the first, the mean over requests, averaged over rounds; TTFT likewise; tokens/s:
 output tokens per second of the whole round (every request at the cell's concurrency). speedup = AR's TPOT / the
