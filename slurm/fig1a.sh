@@ -6,7 +6,9 @@
 #   sbatch slurm/fig1a.sh                      # qwen3
 #   MODEL=deepseek LAYERS=2 sbatch slurm/fig1a.sh
 # The same through run.py's Hydra/submitit path (one array task per model):
-#   python run.py -m experiment=fig1a model=qwen3,gptoss,deepseek cluster=slurm_gpu hydra.launcher.gpus_per_node=1
+#   python run.py -m experiment=fig1a model=qwen3,gptoss cluster=slurm_gpu hydra.launcher.gpus_per_node=1
+#   python run.py experiment=fig1a model=deepseek fig1a.layers=2 cluster=slurm_gpu hydra.launcher.gpus_per_node=1
+# (DeepSeek at fig1a.yaml's 4 layers is ~90 GB: 2 layers fit an 80 GB H100)
 #SBATCH --job-name=fig1a
 #SBATCH --gpus=1
 #SBATCH --cpus-per-task=8

@@ -190,7 +190,9 @@ def _drafter(kind: str | None, model: dict, target):
             if path is not None:
                 where = _local(path)
             elif kind == "gto" and model["source"] == "tiny":
-                where = _tiny_dirs(model, until="gto")["gto"] / "head"  # built on first use (a few minutes)
+                where = (
+                    _tiny_dirs(model, until="gto")["gto"] / "head"
+                )  # the release's (a cache build: built on first use)
             elif kind == "gto":
                 from ecospec.store import gto_root
 

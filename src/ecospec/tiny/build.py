@@ -597,7 +597,7 @@ def _load_model(path: Path, **kwargs):
 
 
 def load_tiny_tokenizer(budget: str | Budget = "full", progress: bool = True):
-    """The embedded tokenizer (``AutoTokenizer``), built on first use."""
+    """The embedded tokenizer (``AutoTokenizer``): the release's, or a cache build's (built on first use)."""
     from transformers import AutoTokenizer
 
     build(budget, until="corpus", progress=progress)
@@ -605,7 +605,7 @@ def load_tiny_tokenizer(budget: str | Budget = "full", progress: bool = True):
 
 
 def load_tiny_target(budget: str | Budget = "full", progress: bool = True, **kwargs):
-    """The embedded target (``Qwen3MoeForCausalLM``, eval mode), built on first use. ``kwargs`` go to
+    """The embedded target (``Qwen3MoeForCausalLM``, eval mode): the release's, or a cache build's. ``kwargs`` go to
     ``from_pretrained`` (default: float32, eager attention and experts, like ``ecospec.models.tiny_model``)."""
     build(budget, until="target", progress=progress)
     return _load_model(paths(budget)["target_model"], **kwargs)
