@@ -249,10 +249,11 @@ def test_vllm_routes_are_a_source_of_their_own_beside_our_traces(recs):
     assert f"{VLLM_RECORDS}: pooled (1 sequences, 1 datasets)" in labels
 
 
-def test_tiny_build_traces_are_a_corpus_source(recs, tmp_path):
+def test_tiny_build_traces_are_a_corpus_source(recs, tmp_path, monkeypatch):
     from ecospec.predictor.traces import FORMAT
-    from ecospec.tiny.build import paths
+    from ecospec.tiny.build import ENV_SOURCE, paths
 
+    monkeypatch.setenv(ENV_SOURCE, "cache")  # a cache build's traces (the release ships none, and is never written)
     folder = paths("full")["traces"]  # under the test's ECOSPEC_CACHE
     folder.mkdir(parents=True)
     routes = np.concatenate([_random_routes(30, seed=s) for s in range(3)]).astype(np.uint8)

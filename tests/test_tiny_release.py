@@ -21,6 +21,8 @@ def test_committed_release_is_whole_small_and_names_no_machine():
     assert m["identity"] == release.identity(FULL) and m["budget"] == "full"
     assert m["bytes"] <= 60e6, f"release is {m['bytes'] / 1e6:.1f} MB (at most 60)"
     files = set(m["files"])
+    on_disk = {p.relative_to(release.RELEASE_DIR).as_posix() for p in release.RELEASE_DIR.rglob("*") if p.is_file()}
+    assert on_disk - files == {release.MANIFEST}, f"files in the release the manifest does not list: {on_disk - files}"
     for need in ("target/model/config.json", "target/model/model.safetensors", "target/model/tokenizer.json",
                  "corpus/tokenizer/tokenizer.json", "corpus/train.npy", "drafter/head/config.json",
                  "predictor/final/config.json", "gto/head/config.json", "calibrate/calibration.json"):  # fmt: skip
