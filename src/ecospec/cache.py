@@ -18,6 +18,15 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ecospec"
 
 
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes (hex), read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def digest(obj: Any, n: int = 12) -> str:
     """First `n` hex digits of the sha256 of `obj` as canonical JSON (sorted keys; str() for other types)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]

@@ -26,7 +26,6 @@ checked about them (row order and text against the HF datasets) is in ``VENDORED
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,7 +37,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ecospec.cache import cache_root
+from ecospec.cache import cache_root, sha256_file
 from ecospec.data.benchmarks import MTBENCH_FIRST_QUESTION_ID
 
 MANIFEST = "manifest.json"
@@ -121,14 +120,6 @@ VENDORED: dict[str, dict[str, tuple[Wheel, str]]] = {
 
 def data_dir() -> Path:
     return cache_root() / "data"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def verify_sha256(path: Path, expected: str, what: str | None = None) -> None:

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from ecospec.tiny.build import BUDGETS, ENV_SOURCE, STAGES, build, format_summary, get_budget, root_dir, status
+from ecospec.tiny.build import BUDGETS, ENV_SOURCE, STAGES, build, format_summary, get_budget, root_dir, source, status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "build":
-        if not args.force and get_budget(args.budget) == BUDGETS["full"] and status(args.budget)["source"] == "release":
+        if not args.force and source(args.budget) == "release":
             print(f"the release is in use ({ENV_SOURCE} unset or 'release'): nothing to build. --force retrains "
                   f"it into the cache and compares; {ENV_SOURCE}=cache uses a cache build")  # fmt: skip
             return 0

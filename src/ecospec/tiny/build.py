@@ -435,7 +435,7 @@ def build(
 
     b = get_budget(budget)
     if not force and source(b) == "release":
-        return _release_summary(b, progress)
+        return _release_summary(b)
     names = [s.name for s in STAGES]
     if until is not None and until not in names:
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
@@ -516,7 +516,7 @@ def build(
     return summary
 
 
-def _release_summary(b: Budget, progress: bool) -> dict:
+def _release_summary(b: Budget) -> dict:
     from ecospec.tiny.release import RELEASE_DIR
 
     where = paths(b)  # checks the release

@@ -24,7 +24,6 @@ with one line naming ``make release-tiny``; a file whose sha256 differs from the
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ecospec.cache import digest
+from ecospec.cache import digest, sha256_file
 
 RELEASE_DIR = Path(__file__).with_name("release")
 MANIFEST = "manifest.json"
@@ -62,14 +61,6 @@ def identity(budget) -> str:
     return digest({"format": CACHE_FORMAT, "stages": stages}, 16)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def read_manifest(where: Path = RELEASE_DIR) -> dict | None:
     try:
         return json.loads((where / MANIFEST).read_text())
@@ -96,7 +87,7 @@ def _verified(where: str, expected: str) -> dict:
             raise ReleaseError(
                 f"embedded default release: {rel} is missing (listed in {MANIFEST}); restore it from git"
             )
-        if _sha256(path) != sha:
+        if sha256_file(path) != sha:
             raise ReleaseError(f"embedded default release: {rel} does not match its sha256 in {MANIFEST}; restore it "
                                f"from git or run `{REBUILD}`")  # fmt: skip
     return m
@@ -184,13 +175,11 @@ def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: in
     from ecospec.tiny.build import STAGES
 
     recorded = json.loads((build_root / "recipe.json").read_text())["budget"]
-    current = asdict(budget)
+    current = json.loads(json.dumps(asdict(budget)))  # as recipe.json holds it (tuples as lists)
     for part, fields in current.items():
         have = recorded.get(part)
         if isinstance(fields, dict) and isinstance(have, dict):
             have = {k: v for k, v in have.items() if k in fields}
-            have = {k: (list(v) if isinstance(v, tuple) else v) for k, v in have.items()}
-            fields = json.loads(json.dumps(fields))
         if part != "name" and have != fields:
             raise ReleaseError(f"{build_root}: built with another {part} recipe than the code's; rebuild it first")
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
@@ -213,7 +202,7 @@ def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: in
                 if f.is_file():
                     (out / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, out / f.relative_to(src))
-    files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     manifest = {
         "identity": identity(budget),
         "budget": budget.name,
