@@ -16,6 +16,8 @@ from omegaconf import OmegaConf
 from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import CELL_KEYS, ConfigError, cell_id, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
+from ecospec.tiny.build import get_budget
+from ecospec.tiny.release import identity as release_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -307,6 +309,24 @@ def test_rerun_skips_ok_cells_and_force_recomputes(cell):
     forced = run_cell(_compose(*FAST, f"out_dir={cfg.out_dir}", "method=ar", "force=true"), cell_dir)
     assert forced["status"] == "ok" and not forced.get("skipped")
     assert (cell_dir / RESULT).stat().st_mtime_ns != before
+
+
+def test_a_kept_tiny_record_from_other_weights_is_set_aside_and_run_again(cell, monkeypatch):
+    """The embedded default's cells (and the demo) are kept only for the weights that made them: after a
+    re-release (or with ECOSPEC_TINY=cache) the old record is renamed, never overwritten, and the cell runs."""
+    monkeypatch.delenv("ECOSPEC_TINY", raising=False)
+    cfg, cell_dir = cell("model=tiny", "method=ar", "num_prompts=1", "max_new_tokens=4")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    assert rec["env"]["tiny"] == {"source": "release", "identity": release_identity(get_budget("full"))}
+    old = json.loads((cell_dir / RESULT).read_text())
+    old["env"]["tiny"]["identity"] = "0123456789abcdef"
+    (cell_dir / RESULT).write_text(json.dumps(old))
+    again = run_cell(cfg, cell_dir)
+    assert again["status"] == "ok" and not again.get("skipped")
+    assert json.loads((cell_dir / "result.release-0123456789abcdef.json").read_text()) == old
+    assert json.loads((cell_dir / RESULT).read_text())["env"]["tiny"] == rec["env"]["tiny"]
+    assert run_cell(cfg, cell_dir).get("skipped")
 
 
 def test_trace_steps_keeps_capped_verify_pass_traces(cell):

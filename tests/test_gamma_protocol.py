@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from hydra import compose, initialize_config_dir
 
 from ecospec.experiment.config import as_dict, cell_id, cell_name
@@ -97,6 +98,7 @@ def test_gamma_defaults_to_the_models_and_gamma_4_models_keep_their_ids():
     assert as_dict(_compose("model=tiny", "model.gamma=6", "gamma=3"))["gamma"] == 3
 
 
+@pytest.mark.slow  # 13 s: the sweep through run.py (make test-slow, CI)
 def test_protocol_sweep_skips_missing_benchmarks_once_and_extends_gamma(tmp_path):
     """run.py's sweeper on a random model: the benchmark without an offline copy is said once and not run; the best
     γ at the upper end (2, 3) makes the sweep go on (4, 5) and stop at `upto`."""

@@ -23,6 +23,7 @@ def check(tmp_path_factory):
     return rc, json.loads((out / "gpu_check.json").read_text()), out
 
 
+@pytest.mark.slow  # the whole check's 26 s setup (make test-slow, CI)
 def test_every_step_ok_or_an_explicit_skip(check):
     rc, summary, _ = check
     assert set(summary["steps"]) == set(gpu_check.STEPS)
@@ -37,6 +38,7 @@ def test_every_step_ok_or_an_explicit_skip(check):
     assert summary["wall_s"] < 180  # seconds on one core: about 20 s alone, 45 s on a core shared with two others
 
 
+@pytest.mark.slow  # the whole check's 26 s setup (make test-slow, CI)
 def test_fp32_sd_equals_ar_for_the_four_families(check):
     _, summary, _ = check
     families = summary["steps"]["sd_vs_ar"]["result"]["families"]
@@ -51,6 +53,7 @@ def test_fp32_sd_equals_ar_for_the_four_families(check):
             assert row["fp32"]["block_vs_step"][variant]["argmax_flips"] == 0, (fam, variant)
 
 
+@pytest.mark.slow  # the whole check's 26 s setup (make test-slow, CI)
 def test_the_run_py_cell_record_is_ok(check):
     _, summary, _ = check
     cell = summary["steps"]["run_cell"]["result"]
@@ -61,6 +64,7 @@ def test_the_run_py_cell_record_is_ok(check):
     assert json.loads(Path(cell["record"]).read_text())["status"] == "ok"
 
 
+@pytest.mark.slow  # the whole check's 26 s setup (make test-slow, CI)
 def test_grouped_mm_routes_and_verify_latency_records(check):
     _, summary, out = check
     routes = summary["steps"]["routes_grouped_mm"]

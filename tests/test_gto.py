@@ -147,6 +147,7 @@ def test_gradients_reach_the_trained_head_through_branch_tokens_only(trained_set
     assert float(a[3]) == float(b[3]) and float(a[10]) != float(b[10])
 
 
+@pytest.mark.slow  # 18 s of training (make test-slow, CI)
 def test_a_few_hundred_steps_raise_the_reward_against_the_reference(trained_setup):
     target, head, seqs, _ = trained_setup
     g = torch.Generator().manual_seed(5)

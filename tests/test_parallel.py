@@ -134,6 +134,7 @@ def test_plans_and_validation_messages():
             validate_parallel({"model": {"source": "random", "preset": "qwen3_moe-a", **extra}, "ranks": ranks})
 
 
+@pytest.mark.slow  # 26 s: two rank processes through run.py (make test-slow, CI)
 def test_run_py_cell_with_two_ranks_equals_the_single_process_cell(tmp_path):
     """The issue's command: python run.py model=tiny_random model.parallel=tp ranks=2 method=ecospec (rank 0 alone
     writes the record; its outputs equal the one-process cell's)."""
@@ -161,6 +162,7 @@ def _dies_on_rank_1(d, job_dir, device, record):
     dist.all_reduce(torch.ones(1))
 
 
+@pytest.mark.slow  # 7 s of rank processes (make test-slow, CI)
 def test_a_failing_rank_fails_the_cell_and_nobody_hangs(tmp_path):
     from omegaconf import OmegaConf
     from test_experiment import _compose
@@ -175,6 +177,7 @@ def test_a_failing_rank_fails_the_cell_and_nobody_hangs(tmp_path):
     assert on_disk["status"] == "failed" and on_disk["env"]["ranks"] == 2
 
 
+@pytest.mark.slow  # 8 s of rank processes (make test-slow, CI)
 def test_traces_job_under_tp_writes_once_and_equals_one_process(tmp_path, monkeypatch):
     """The traces job loads its target through the same `parallel` setting: under tp on 2 ranks rank 0 alone
     writes the shards, and they hold what one process traces."""

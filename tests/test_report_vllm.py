@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from ecospec.report import build
+
+pytestmark = pytest.mark.usefixtures("no_release_traces")  # conftest: no tracing of the release
 
 
 def _record(model: str, b: int, speedup: float, alpha: float = 2.0, backend: str = "vllm") -> dict:

@@ -74,7 +74,11 @@ def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS):
     return counts, multi
 
 
-@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+@pytest.mark.parametrize(
+    "temperature, top_p",
+    # 16-23 s each: both in make test-slow (the default suite keeps the batched loop's chi-squared test below)
+    [pytest.param(1.0, 1.0, marks=pytest.mark.slow), pytest.param(0.7, 0.9, marks=pytest.mark.slow)],
+)
 def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
     target, draft, ids = small_vocab
     expected = exact_joint(target, ids, temperature, top_p) * RUNS

@@ -92,8 +92,9 @@ def test_run_py_sweep_on_slurm(slurm_cluster, tmp_path):
 
 def test_tensor_parallel_cell_is_one_job_with_a_task_per_rank(slurm_cluster, tmp_path):
     """model.parallel=tp ranks=2 under cluster=slurm: one job of 2 tasks (submitit sets up the process group from
-    the Slurm environment), rank 0 alone writes the record, outputs equal AR."""
-    out, env = tmp_path / "exp", _store_env(tmp_path)
+    the Slurm environment), rank 0 alone writes the record, outputs equal AR. No `logger=`: cluster runs log to W&B
+    by default (offline here), one run per cell, written by rank 0 alone."""
+    out, env = tmp_path / "exp", {**_store_env(tmp_path), "WANDB_MODE": "offline"}
     cmd = [
         sys.executable, "run.py", "-m", "model=tiny_random", "model.parallel=tp", "ranks=2", "method=ecospec",
         "num_prompts=2", "max_new_tokens=8", "cluster=slurm", f"out_dir={out}", "name=tp", "progress=false",
@@ -105,6 +106,7 @@ def test_tensor_parallel_cell_is_one_job_with_a_task_per_rank(slurm_cluster, tmp
     assert record["status"] == "ok", record.get("error")
     assert record["env"]["ranks"] == 2 and record["env"]["slurm_job_id"]
     assert record["summary"]["matches_ar"] == 1.0
+    assert len(list(path.parent.glob("wandb/offline-run-*"))) == 1, sorted(path.parent.rglob("*"))
 
 
 # ------------------------------------------------------------------------------- the predictor's jobs on Slurm

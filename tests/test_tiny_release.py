@@ -128,3 +128,23 @@ def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
     with pytest.raises(release.ReleaseError, match="another target recipe"):
         release.make_release(micro_build, replace(MICRO, target=replace(MICRO.target, steps=31)), dest=tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow  # ~35 s: the release's routing traced once
+def test_traces_are_built_on_top_of_the_release_on_first_use(tmp_path, monkeypatch):
+    """The release ships no routing traces; the routing report's corpus source traces them from the release once,
+    into the cache (by release identity), and reads them from there afterwards."""
+    from ecospec.report.routing import corpus_routes
+
+    monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
+    monkeypatch.delenv(tiny_build.ENV_SOURCE, raising=False)
+    folder = tiny_build.paths("full")["traces"]
+    assert folder == tmp_path / f"tiny-release-{release.identity(FULL)}" / "traces" and not folder.exists()
+    routes, n_experts = corpus_routes({"name": "tiny", "source": "tiny", "budget": "full"})
+    assert len(routes) == FULL.traces.samples and n_experts == FULL.target.num_experts
+    assert routes[0].shape == (FULL.traces.length, FULL.target.num_layers, FULL.target.top_k)
+    done = (folder / "done.json").stat().st_mtime_ns
+    assert len(corpus_routes({"name": "tiny", "source": "tiny", "budget": "full"})[0]) == FULL.traces.samples
+    assert (folder / "done.json").stat().st_mtime_ns == done  # traced once
+    release._verified.cache_clear()
+    release.verify(FULL)  # the release itself untouched: every sha256 still matches

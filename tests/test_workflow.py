@@ -176,6 +176,7 @@ def test_real_model_config_traces_predictor_and_heldout_ecospec_cell(saved, stor
 # --------------------------------------------------------------------------------------- the three commands
 
 
+@pytest.mark.slow  # 24 s: the three commands end to end (make test-slow, CI)
 def test_traces_predictor_and_heldout_ecospec_cell_on_tiny_random(store, tmp_path):
     multi = _multi_turn_dataset()
     common = ["model=tiny_random", *QUICK, f"out_dir={tmp_path}"]
@@ -294,6 +295,7 @@ def test_missing_predictor_names_the_command_and_its_cell_is_never_launched(stor
 # ----------------------------------------------------------------------------------------------- make paper
 
 
+@pytest.mark.slow  # 45 s: every stage of make paper (make test-slow, CI)
 def test_make_paper_runs_every_stage_locally(store, tmp_path):
     """`make paper` on tiny_random_deepseek (MTP baseline, the DeepSeek routing) with cluster=local: traces ->
     predictor -> the Table 1 grid on the held-out split -> make tables."""

@@ -16,7 +16,7 @@ import ecospec
 from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
-from ecospec.experiment.components import Components, load_components, tiny_weights
+from ecospec.experiment.components import Components, load_components
 from ecospec.experiment.hf_peer import hf_generate
 from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import (
@@ -281,8 +281,6 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     comp = load_components(d, device)
     # what runs, as loaded (the format may not be the checkpoint's: transformers dequantizes without its kernels)
     record["env"]["storage"] = {**(record["env"].get("storage") or {}), **loaded_storage(comp.target)}
-    if d["model"]["source"] == "tiny":  # which embedded default decoded: the release (its identity) or a cache build
-        record["env"]["tiny"] = tiny_weights(d["model"])
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)

@@ -56,7 +56,7 @@ def _tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
     budget = model.get("budget", "full")
     stages = tiny.status(budget)["stages"].values()
     if any(st["status"] != "done" for st in stages):
-        tiny.build(budget)  # a cache build, the first time (the full budget: about 15 minutes on 2 cores)
+        tiny.build(budget)  # a cache build, the first time (the full budget: about 19 minutes on 2 cores)
     if until is not None:
         tiny.build(budget, until=until)  # a no-op once built (and for the release)
     return tiny.paths(budget)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ecospec.experiment.components import pick_device
+from ecospec.experiment.components import pick_device, tiny_weights
 from ecospec.experiment.config import as_dict, job_config, job_id, job_kind, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
@@ -59,11 +59,14 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     d = as_dict(cfg)
     job_dir = Path(job_dir)
     jid = job_id(d)
+    kind = job_kind(d)
+    weights = _weights(d) if kind in ("cell", "demo") else None
     if is_done(job_dir, jid) and not d.get("force") and (made is None or made(d)):
         rec = read_record(job_dir / RESULT)
-        rec["skipped"] = True
-        return rec
-    kind = job_kind(d)
+        if weights is None or (rec.get("env") or {}).get("tiny") == weights:
+            rec["skipped"] = True
+            return rec
+        _set_aside(job_dir, rec, weights)
     ranks = wants_ranks(d) if kind != "predictor" else 1  # the predictor job never loads the target
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
@@ -87,6 +90,8 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
             join_group(d, device, ranks)
         record["env"] = environment(device)
         record["env"]["ranks"] = world()
+        if weights is not None:  # which embedded default ran: the release (its identity) or a cache build
+            record["env"]["tiny"] = weights
         body(d, job_dir, device, record)
         record["status"] = "ok"
     except Exception as e:  # noqa: BLE001 - a failed job is data; the sweep goes on
@@ -110,6 +115,31 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
 
         log_cell(record, d["logger"], job_dir)
     return record
+
+
+def _weights(d: dict) -> dict | None:
+    """The embedded default a tiny job would decode with (None for other models, or a budget or $ECOSPEC_TINY that
+    validation is about to refuse with its own message)."""
+    if (d.get("model") or {}).get("source") != "tiny":
+        return None
+    try:
+        return tiny_weights(d["model"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _set_aside(job_dir: Path, old: dict, weights: dict) -> None:
+    """A kept record of the embedded default made with other weights (an earlier release, a cache build) is not
+    this cell's result: renamed, never overwritten, and the cell runs again."""
+    was = (old.get("env") or {}).get("tiny") or {}
+    tag = was.get("identity") or was.get("version") or "unknown"
+    aside = job_dir / f"result.{was.get('source', 'old')}-{tag}.json"
+    (job_dir / RESULT).rename(aside)
+    now_ = weights.get("identity") or weights.get("version")
+    print(
+        f"{job_dir.name}: the kept record was made with other embedded-default weights ({tag}, now {now_}); "
+        f"kept as {aside.name}, running again"
+    )
 
 
 def join_group(d: dict, device: torch.device, ranks: int) -> None:

@@ -132,15 +132,19 @@ def _record_sources(traced: pd.DataFrame, data: str, sequences) -> list[RoutingS
 
 def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
     """The routing traces of a tiny model's build on this machine (one array [tokens, layers, k] per corpus window)
-    and N; None for another model or when the build has no traces."""
+    and N; None for another model or when a cache build has no traces. The release ships none: they are traced from
+    it on first use (``tiny.build``, about a minute) and kept in the cache."""
     if model_config.get("source") != "tiny":
         return None
     try:
-        from ecospec.tiny.build import paths
+        from ecospec.tiny.build import build, paths, source
 
-        folder = paths(model_config.get("budget") or "full")["traces"]
+        budget = model_config.get("budget") or "full"
+        folder = paths(budget)["traces"]
         if not (folder / "manifest.json").exists():
-            return None
+            if source(budget) != "release":
+                return None  # a cache build without its traces stage: nothing to read
+            build(budget, until="traces", progress=False)  # traced from the release once, then kept
         from ecospec.predictor.traces import load_traces
 
         traces = load_traces(folder)

@@ -773,8 +773,10 @@ def _modeled_note(
             parts.append(f"{hw.name}: fitted from records measured on it: {', '.join(each)}")
         else:
             parts.append(f"{hw.name}: none (no records measured on it)")
+    gammas = ", ".join(f"{model_label(m)} {int(g)}" for m, g in used.groupby("model")["gamma"].first().items())
     return (
-        "*Modeled*, not measured: α and E are the records' (mean over the benchmarks present; γ=4, B=1), each cell "
+        f"*Modeled*, not measured: α and E are the records' (mean over the benchmarks present; each model at its own "
+        f"γ: {gammas or 'none'}; B=1), each cell "
         "is T_verify (ms) / T_step (ms) / speedup vs AR from the roofline model (`analysis.cost.modeled_step`: "
         "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; drafting, prediction and selection "
         f"not modeled, so T_step = T_verify). Per-pass overhead: {'; '.join(parts)}. From {len(used)} records "

@@ -239,11 +239,29 @@ def write_index(
             lines.append(f"| {f.caption} | {files} | {_experiments(f.experiments)} | {f.n_records} |")
     else:
         lines.append("None.")
+    others = _other_outputs(out_dir, {f"{t.name}.md" for t in tables} | {"README.md"})
+    if others:
+        lines += ["", "## Other outputs in this directory", "",
+                  "Written by the benchmark scripts (`benchmarks/`), not from the records; each says how it was made.",
+                  "", *others]  # fmt: skip
     if skipped:
         lines += ["", "## Skipped files", "", *[f"- `{p}`" for p in skipped]]
     path = out_dir / "README.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _other_outputs(out_dir: Path, ours: set[str]) -> list[str]:
+    """One line per markdown file here that the report did not write (calibration.md, batch_scaling.md, ...): its
+    title, and the files of the same stem beside it."""
+    lines = []
+    for md in sorted(out_dir.glob("*.md")):
+        if md.name in ours or md.with_suffix(".tex").exists():  # a table (this build's or an earlier one's)
+            continue
+        title = next((ln.lstrip("#").strip() for ln in md.read_text(encoding="utf-8").splitlines() if ln.strip()), "")
+        files = " ".join(f"[{p.suffix.lstrip('.')}]({p.name})" for p in sorted(out_dir.glob(f"{md.stem}.*")))
+        lines.append(f"- {title}: {files}")
+    return lines
 
 
 def _relative(path, out_dir: Path) -> str:

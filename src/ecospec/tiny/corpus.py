@@ -25,6 +25,7 @@ Tokenizer: byte-level BPE (``tokenizers``) trained on the training files, specia
 from __future__ import annotations
 
 import hashlib
+import os
 import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,11 +57,13 @@ def stdlib_files(max_bytes: int, root: str | Path | None = None) -> list[tuple[s
     other exclusions (module docstring) removed, cut to the longest prefix within ``max_bytes``."""
     root = Path(root) if root is not None else stdlib_root()
     candidates = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root)
-        if _excluded(rel) or not path.is_file():
-            continue
-        candidates.append((rel.as_posix(), path.stat().st_size))
+    for here, dirs, names in os.walk(root):  # excluded folders pruned (site-packages alone holds torch & co.)
+        dirs[:] = [d for d in dirs if not _excluded(Path(d, "x.py"))]
+        for name in names:
+            path = Path(here, name)
+            rel = path.relative_to(root)
+            if name.endswith(".py") and not _excluded(rel) and path.is_file():
+                candidates.append((rel.as_posix(), path.stat().st_size))
     candidates.sort()
     kept, total = [], 0
     for rel, size in candidates:

@@ -12,7 +12,7 @@ forward on a CPU whatever its width, so a 3-level tree (3 forwards + tree bookke
 for GPT-OSS-120B). MLP width 512: held-out top-1
 agreement with the target 0.667 / 0.632 / 0.635 per unrolled step against 0.635 / 0.606 / 0.599 at 256 (600
 steps each, same cost per draft forward). Tried and dropped: a 2,048-token draft vocabulary (agreement 0.625,
-no faster). 450 steps (229 s on 2 threads, what the 15-minute build leaves after the target): agreement
+no faster). 450 steps (229 s on 2 threads when chosen; 197 s in the release's build): agreement
 0.658 / 0.604 / 0.594 on this recipe's build. The teacher forwards use the sorted experts kernel (0.14 s per
 4 x 256 batch against 0.25 s for the eager loop).
 """

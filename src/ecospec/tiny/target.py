@@ -20,7 +20,8 @@ put the same draft (1.5 ms: three head forwards of 0.24 ms, the 4096-way lm_head
 the projections keep the shapes of the earlier 4 heads of 16. 32 experts, top-4, expert width 64: the routing
 shape other issues refer to.
 
-Rebuilt Dec 2026 (20 x 64, heads 2 x 32, coefficient 0.03, 800 steps): target 281 s on 2 threads, held-out loss
+Rebuilt Dec 2026 (20 x 64, heads 2 x 32, coefficient 0.03, 800 steps): target 281 s on 2 threads (515 s in the
+release's build at coefficient 0.04, held-out loss 4.862: docs/embedded-default.md), held-out loss
 4.885, every expert 0.32-1.58 % of its layer's load (max 2.74x the mean), consecutive-token overlap 0.275 against
 0.146 independent; AR outputs in a loop 12 % (evaluate stage). At coefficient 0.02 the 20-layer target failed the
 routing check (layer 1: an expert at 0.04 %; layer 16: 5.02x the mean), and the 16 x 64 one with 2 x 32 heads passed
