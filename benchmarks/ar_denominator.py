@@ -62,7 +62,7 @@ def compare(target, prompts: list[torch.Tensor], tokens: int, rounds: int, profi
     """HF generate and ecospec AR on `prompts`, interleaved: tokens/s of each, their ratio, whether every output is
     equal; with `profile`, aten ops per new token inside / outside the target's forward."""
     runs = {
-        "HF generate": lambda ids: hf_generate(target, ids, 0.0, 1.0, tokens, 0),
+        "HF generate": lambda ids: hf_generate(target, ids, 0.0, 1.0, tokens, 0)[:2],  # (tokens, wall seconds)
         "ecospec AR": lambda ids: _timed(lambda: ecospec.generate(target, ids, max_new_tokens=tokens).tokens),
     }
     for run in runs.values():  # warm-up

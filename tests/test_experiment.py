@@ -300,6 +300,32 @@ def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
     assert list((Path(cfg.out_dir) / "ar_cache").glob("*.json"))  # AR measured and cached
 
 
+def test_a_cell_records_paired_intervals_and_its_clock(cell):
+    """summary.intervals: speedup, α and E with their 95 % paired-bootstrap intervals over the cell's prompts, the
+    AR interleaved (paired); each prompt row and AR row holds wall and CPU seconds; a cached AR (measured at
+    another time) gives a weakly paired interval."""
+    cfg, cell_dir = cell("method=eagle3", "num_prompts=3")
+    rec = run_cell(cfg, cell_dir)
+    s = rec["summary"]
+    iv = s["intervals"]
+    assert iv["pairing"] == "paired" and iv["unit"] == "prompt" and s["clock"] == iv["clock"] == "thread_cpu"
+    for key, value in (("speedup", s["speedup"]), ("alpha", s["alpha"]), ("E", s["experts_per_layer"])):
+        assert iv[key]["low"] <= value <= iv[key]["high"] and iv[key]["units"] == 3, key
+        assert iv[key]["estimate"] == pytest.approx(value), key
+    assert all(r["cpu_seconds"] > 0 and r["seconds"] > 0 for r in rec["prompts"])
+    assert {r["id"] for r in rec["ar_prompts"]} == {r["id"] for r in rec["prompts"]}
+    assert all(r["hf_cpu_seconds"] > 0 for r in rec["ar_prompts"])
+    assert s["seconds"] == pytest.approx(sum(r["cpu_seconds"] for r in rec["prompts"]))
+    assert s["wall_seconds"] == pytest.approx(sum(r["seconds"] for r in rec["prompts"]))
+    wall, wall_dir = cell("method=eagle3", "num_prompts=3", "clock=wall", "seed=1")
+    w = run_cell(wall, wall_dir)["summary"]
+    assert w["clock"] == "wall" and w["seconds"] == w["wall_seconds"]
+
+    cached, cached_dir = cell("method=ecospec", "num_prompts=3", "ar_baseline=cached")
+    c = run_cell(cached, cached_dir)["summary"]
+    assert c["intervals"]["pairing"] == "weakly paired" and c["intervals"]["speedup"]["units"] == 3
+
+
 def test_rerun_skips_ok_cells_and_force_recomputes(cell):
     cfg, cell_dir = cell("method=ar")
     run_cell(cfg, cell_dir)
@@ -372,7 +398,7 @@ def test_ar_divides_by_the_faster_of_our_loop_and_hf_generate(cell, monkeypatch)
     assert s["speedup"] == pytest.approx(s["tokens_per_s"] / s["ar_tokens_per_s"])
 
     real = cell_mod.hf_generate  # an HF generate that takes no time must become the denominator
-    monkeypatch.setattr(cell_mod, "hf_generate", lambda *a: (real(*a)[0], 1e-6))
+    monkeypatch.setattr(cell_mod, "hf_generate", lambda *a: (real(*a)[0], 1e-6, 1e-6))  # (tokens, wall, CPU)
     fast, fast_dir = cell("method=eagle3", "seed=1")
     f = run_cell(fast, fast_dir)["summary"]
     assert f["ar_source"] == "hf_generate" and f["ar_tokens_per_s"] == f["ar_hf_tokens_per_s"]
@@ -525,7 +551,8 @@ def test_batched_cell_equals_the_unbatched_cell_and_reports_pass_metrics(cell, m
     assert s["passes"] == sum(b["passes"] for b in batches) and s["steps"] >= s["passes"]
     assert s["alpha"] == sum(r["accepted"] for r in rec["prompts"]) / s["steps"]  # per sequence
     assert s["experts_per_layer"] >= ref["summary"]["experts_per_layer"]  # the union over a pass's sequences
-    assert s["seconds"] == pytest.approx(sum(b["seconds"] for b in batches))  # each batch's wall time once
+    assert s["wall_seconds"] == pytest.approx(sum(b["seconds"] for b in batches))  # each batch's wall time once
+    assert s["clock"] == "thread_cpu" and s["seconds"] == pytest.approx(sum(b["cpu_seconds"] for b in batches))
     assert s["rho"] == pytest.approx(s["ar_t_step_s"] / s["t_verify_s"])
     if buffer == "sequence" and method == "ecospec":
         assert s["alpha"] == pytest.approx(ref["summary"]["alpha"])  # the same trees, selections and acceptances
@@ -601,5 +628,15 @@ def test_demo_sets_ecospec_beside_the_baseline_and_ar_and_keeps_its_record(tmp_p
     assert record["kind"] == "demo" and s["gamma"] == 4 and s["prompts"] == 2
     assert all(m["matches_ar"] == 1.0 for m in s["methods"].values())  # greedy: lossless
     assert s["methods"]["AR"]["speedup"] <= 1.0 + 1e-9 and Path(s["figure"]).is_file()
+    assert s["clock"] == "thread_cpu"  # a CPU at one thread: the decoding thread's CPU time
+    for m in s["methods"].values():  # the speedup with its paired-bootstrap interval over the 2 prompts
+        lo, hi = m["speedup_interval"]
+        assert lo <= m["speedup"] <= hi
+    pair = s["ecospec_vs_baseline"]  # EcoSpec against the baseline, the same prompts interleaved
+    assert pair["low"] <= pair["estimate"] <= pair["high"] and pair["units"] == 2 and pair["resamples"] >= 2000
+    assert pair["estimate"] == pytest.approx(
+        s["methods"]["EcoSpec"]["speedup"] / s["methods"]["Draft model"]["speedup"]
+    )
+    assert any(" % [" in ln and "against it on this CPU (CPU time, 95 % interval)" in ln for ln in lines)
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "(existing record)" in second.stdout

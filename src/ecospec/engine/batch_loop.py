@@ -10,6 +10,7 @@ forward per tree level and one predictor forward per step for the whole batch.
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ class BatchStepStats:
     t_select: float = 0.0
     t_verify: float = 0.0  # the batched target forward + acceptance + compaction
     t_total: float = 0.0
+    t_cpu: float = 0.0  # the thread's CPU time over the pass (StepStats.t_cpu)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class BatchResult:
     results: list[GenerateResult]  # per prompt, in input order
     steps: list[BatchStepStats] = field(default_factory=list)
     t_prefill: float = 0.0
+    t_prefill_cpu: float = 0.0
 
     @property
     def experts_per_layer(self) -> float:
@@ -113,7 +116,7 @@ def generate_batch(
     with budget, RoutingCapture(target) as cap:  # the budget's router hook first: the capture sees what ran
         # Prefill every prompt in one forward; each row's last prompt position gives its first new token (its first
         # root), as in `generate`.
-        t0 = _now(device)
+        t0, c0 = _now(device), time.thread_time()
         active = list(range(size))  # sequences still in the batch, in cache-row order
         blocks = [RowBlock(p.tolist(), list(range(len(p))), _causal(len(p))) for p in rows_in]
         res, _ = forward_rows(target, layout, cache, [0] * size, blocks, hidden=bool(feats))
@@ -125,14 +128,14 @@ def generate_batch(
             roots.append(_first_token(res.logits[b, len(p) - 1 : len(p)].float(), temperature, top_p, gens[b]))
         lengths = [len(p) for p in rows_in]
         cap.clear()
-        out.t_prefill = _now(device) - t0
+        out.t_prefill, out.t_prefill_cpu = _now(device) - t0, time.thread_time() - c0
         # committed since the drafter last saw the sequence (the prompt and the root); last = root
         new_tokens = [torch.cat([p, torch.tensor([r])])[None].to(device) for p, r in zip(rows_in, roots, strict=True)]
         active, lengths = _commit(results, {s: [roots[s]] for s in active}, active, lengths, cache, drafter, predictor,
                                   eos, max_new_tokens)  # fmt: skip
 
         while active:
-            t_start = _now(device)
+            t_start, c_start = _now(device), time.thread_time()
             # 1. Every sequence drafts its tree: one drafter forward per tree level for the whole batch.
             trees = {s: DraftTree() for s in active}
             if drafter is not None:
@@ -217,16 +220,17 @@ def generate_batch(
                               t_pred=t_predicted - t_drafted, t_draft=t_drafted - t_start, trace=step_trace)
                 )  # fmt: skip
             lengths = compact_rows(cache, lengths, start, paths)
-            t_end = _now(device)
+            t_end, c_end = _now(device), time.thread_time()
             for s in active:
                 st = results[s].steps[-1]
                 st.t_select, st.t_verify = t_selected - t_predicted, t_end - t_selected
                 st.t_total = st.t_draft + st.t_pred + st.t_select + st.t_verify
+                st.t_cpu = c_end - c_start  # the batched pass's, as its t_total
             out.steps.append(
                 BatchStepStats(
                     sequences=len(active), verified=int(real.sum()), experts=(pass_counts > 0).sum(dim=1).tolist(),
                     t_draft=t_drafted - t_start, t_pred=t_predicted - t_drafted, t_select=t_selected - t_predicted,
-                    t_verify=t_end - t_selected, t_total=t_end - t_start,
+                    t_verify=t_end - t_selected, t_total=t_end - t_start, t_cpu=c_end - c_start,
                 )
             )  # fmt: skip
 

@@ -113,19 +113,19 @@ def generate(
     with budget, RoutingCapture(target) as cap:  # the budget's router hook first: the capture sees what ran
         # Prefill the prompt; its last position gives the first new token (the first root), as HF's generate
         # does: AR then costs one forward per new token after the prefill, SD verifies from that token on.
-        t0 = _now(device)
+        t0, c0 = _now(device), time.thread_time()
         res = forward_block(target, layout, cache, ids, torch.arange(n_prompt, device=device)[None], None, None,
                             hidden=bool(feats), logits_to_keep=1)  # fmt: skip
         hidden_new = torch.cat([res.hidden_states[i] for i in feats], dim=-1) if feats else None
         cap.clear()
         root = _first_token(res.logits[0, -1:].float(), temperature, top_p, gen)
-        out.t_prefill = _now(device) - t0
+        out.t_prefill, out.t_prefill_cpu = _now(device) - t0, time.thread_time() - c0
         out.tokens.append(root)
         new_tokens = torch.cat([ids, torch.tensor([[root]], device=device)], 1)  # not yet seen by the drafter
         done = root in eos or max_new_tokens == 1
 
         while not done:
-            t_start = _now(device)
+            t_start, c_start = _now(device), time.thread_time()
             prefix = cache.get_seq_length()  # committed tokens before the root
 
             # 1. Draft a tree.
@@ -191,6 +191,7 @@ def generate(
                     t_select=t_selected - t_predicted,
                     t_verify=t_end - t_selected,
                     t_total=t_end - t_start,
+                    t_cpu=time.thread_time() - c_start,
                     trace=StepTrace(block_tokens, block_parents, block_depths, list(path), []) if trace else None,
                 )
             )

@@ -26,6 +26,9 @@ class StepStats:
     t_select: float = 0.0
     t_verify: float = 0.0  # target forward + acceptance + cache compaction
     t_total: float = 0.0
+    # the calling thread's CPU time over the step (time.thread_time): what the step cost this core, without the
+    # moments the OS gave it to someone else; equals t_total's work at one intra-op thread only (docs/design.md)
+    t_cpu: float = 0.0
     trace: StepTrace | None = None  # generate(trace=True) only
 
 
@@ -35,6 +38,7 @@ class GenerateResult:
     steps: list[StepStats] = field(default_factory=list)
     prompt_len: int = 0
     t_prefill: float = 0.0
+    t_prefill_cpu: float = 0.0  # thread CPU time of the prefill
     # [MoE layers][N]: tokens routed to each expert over all verify passes (prefill excluded)
     expert_load: list[list[int]] = field(default_factory=list)
 

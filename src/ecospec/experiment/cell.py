@@ -4,7 +4,6 @@ other cells of a sweep go on, and it never overwrites an ok record."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import asdict
 from pathlib import Path
@@ -16,8 +15,11 @@ import ecospec
 from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
+from ecospec.experiment.clock import now as clock_now
+from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import Components, load_components
 from ecospec.experiment.hf_peer import hf_generate
+from ecospec.experiment.intervals import cell_intervals
 from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import (
     batch_row,
@@ -38,6 +40,8 @@ AR_CACHE = "ar_cache"
 
 
 AR_METHOD = {"name": "ar", "selector": "confidence"}
+# what an AR prompt row keeps in the AR cache and in a record's `ar_prompts` (the speedup's resampling needs it)
+TIMING = ("id", "turn", "batch", "n_tokens", "seconds", "cpu_seconds", "hf_tokens", "hf_seconds", "hf_cpu_seconds")
 
 
 def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: dict, trace_left: int) -> list[dict]:
@@ -50,7 +54,7 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
         row = progress.rows.get(key)
         if row is None:
             ids = encode_turn(comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True))
-            t0 = time.perf_counter()
+            t0, c0 = clock_now()
             res = ecospec.generate(
                 comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
                 selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
@@ -58,12 +62,15 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
                 max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
                 **_budget(cfg, method),
             )  # fmt: skip
-            seconds = time.perf_counter() - t0
-            row = prompt_row(p.id, turn, len(ids), res, seconds, not ar and comp.predictor == "oracle")
+            t1, c1 = clock_now()
+            row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
             if ar and _peer(cfg):  # the AR users have, on the same prompt right after ours
-                hf_tokens, hf_seconds = hf_generate(comp.target, torch.tensor([ids]), cfg["temperature"],
-                                                    cfg["top_p"], cfg["max_new_tokens"], cfg["seed"])  # fmt: skip
-                row.update(hf_tokens=len(hf_tokens), hf_seconds=hf_seconds, hf_same=hf_tokens == row["tokens"])
+                hf_tokens, hf_seconds, hf_cpu = hf_generate(
+                    comp.target, torch.tensor([ids]), cfg["temperature"], cfg["top_p"], cfg["max_new_tokens"],
+                    cfg["seed"],
+                )  # fmt: skip
+                row.update(hf_tokens=len(hf_tokens), hf_seconds=hf_seconds, hf_cpu_seconds=hf_cpu,
+                           hf_same=hf_tokens == row["tokens"])  # fmt: skip
             if cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
                 row.update(replay_quality(comp.target, ids, row["tokens"]))
             if not ar and trace_left > 0:
@@ -127,18 +134,19 @@ def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress:
         return [progress.rows[k] for k in keys], progress.rows[bkey]
     chat = cfg["model"].get("chat_template", True)
     ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
-    t0 = time.perf_counter()
+    t0, c0 = clock_now()
     res = ecospec.generate_batch(
         comp.target, ids, drafter=None if ar else comp.drafter, selector=method["selector"],
         predictor=None if ar else comp.predictor, gamma=cfg["gamma"], depth=cfg["depth"], topk=cfg["topk"],
         temperature=cfg["temperature"], top_p=cfg["top_p"], max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
         trace=not ar and trace_left > 0, batch_buffer=cfg.get("batch_buffer") or "sequence", **_budget(cfg, method),
     )  # fmt: skip
-    seconds = time.perf_counter() - t0
-    brow = batch_row(n, keys, res, seconds, not ar and comp.predictor == "oracle")
+    t1, c1 = clock_now()
+    brow = batch_row(n, keys, res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
     rows = []
     for (i, t), key, r in zip(batch, keys, res.results, strict=True):
-        row = prompt_row(prompts[i].id, t, len(ids[len(rows)]), r, brow["seconds"] / len(batch), False)
+        share = brow["seconds"] / len(batch), brow["cpu_seconds"] / len(batch)
+        row = prompt_row(prompts[i].id, t, len(ids[len(rows)]), r, share[0], False, share[1])
         row.update(batch=n, batch_size=len(batch))
         if cfg.get("expert_budget") is not None:
             row.update(replay_quality(comp.target, ids[len(rows)], row["tokens"]))
@@ -181,18 +189,22 @@ def _decode_batched(comp: Components, prompts, cfg: dict, progress: Progress, in
     return sorted(rows, key=by_prompt), batches, sorted(ar_rows, key=by_prompt) if interleave_ar else None, ar_batches
 
 
-def ar_key(cfg: dict, hardware: str) -> dict:
+def ar_key(cfg: dict, hardware: str, clock: str = "wall") -> dict:
     """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
     keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
     peer = "hf_generate" if _peer(cfg) else "none"  # which ARs the record chose from
-    return {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware,
-            "ar_peer": peer}  # fmt: skip
+    key = {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware,
+           "ar_peer": peer}  # fmt: skip
+    if clock != "wall":  # wall-clock baselines keep the keys they had before the knob
+        key["clock"] = clock
+    return key
 
 
-def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches) -> dict:
-    """The AR record of this cell's key: from the cache, or measured now (and cached)."""
-    key = ar_key(cfg, hardware)
+def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches, clock: str) -> dict:
+    """The AR record of this cell's key: from the cache, or measured now (and cached); `timing` keeps its
+    per-prompt rows, so that a cell that reuses it still has an (weakly paired) interval."""
+    key = ar_key(cfg, hardware, clock)
     path = Path(cfg["out_dir"]) / AR_CACHE / f"{digest(key, 16)}.json"
     if own_rows is None and path.exists():
         cached = read_record(path)
@@ -205,10 +217,11 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
             rows, batches, _, _ = _decode_batched(comp, prompts, ar_cfg, progress, False)
         else:
             rows = [r for p in prompts for r in _decode_prompt(comp, p, ar_cfg, progress, AR_METHOD, 0)]
-    summary = summarize(rows, batches)
+    summary = summarize(rows, batches, clock)
     ours = summary["tokens_per_s"]
     timed = [r for r in rows if "hf_seconds" in r]
-    hf = sum(r["hf_tokens"] for r in timed) / sum(r["hf_seconds"] for r in timed) if timed else None
+    hf_key = "hf_cpu_seconds" if clock == "thread_cpu" else "hf_seconds"
+    hf = sum(r["hf_tokens"] for r in timed) / sum(r[hf_key] for r in timed) if timed else None
     source = "hf_generate" if hf and ours and hf > ours else "ecospec"
     ar = {
         "schema": SCHEMA,
@@ -225,6 +238,8 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
         "loglik": {f"{r['id']}/{r['turn']}": r["loglik"] for r in rows if "loglik" in r},  # budgeted cells
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
+        "clock": clock,
+        "timing": [{k: r[k] for k in TIMING if k in r} for r in rows],
     }
     if env_rank() == 0:  # one writer: the other ranks computed the same record
         write_json_atomic(path, ar)
@@ -232,8 +247,8 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
 
 
 def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict,
-             storage: dict) -> dict:  # fmt: skip
-    s = summarize(rows, batches)
+             storage: dict, clock: str, pairing: str) -> dict:  # fmt: skip
+    s = summarize(rows, batches, clock)
     s["ar_tokens_per_s"] = ar["tokens_per_s"]
     s["ar_source"] = ar.get("source", "ecospec")
     s["ar_ecospec_tokens_per_s"] = ar.get("ecospec_tokens_per_s", ar["tokens_per_s"])
@@ -262,6 +277,7 @@ def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] 
     s["num_experts"] = info.num_experts
     s["num_moe_layers"] = info.num_moe_layers
     s["batch_size"] = cfg["batch_size"]
+    s["intervals"] = cell_intervals(rows, ar.get("timing"), batches, clock, pairing, seed=cfg["seed"])
     return s
 
 
@@ -282,6 +298,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # what runs, as loaded (the format may not be the checkpoint's: transformers dequantizes without its kernels)
     record["env"]["storage"] = {**(record["env"].get("storage") or {}), **loaded_storage(comp.target)}
     progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)
+    clock, why = pick_clock(d.get("clock"), device)  # what tokens/s and the speedup divide by (experiment.clock)
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
@@ -292,8 +309,12 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
         (rows, ar_rows), batches, ar_batches = _decode_prompts(comp, prompts, d, progress, interleave), None, None
     is_ar = d["method"]["name"] == "ar"
     own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
-    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches)
-    record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"])
+    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches, clock)
+    pairing = "paired" if own is not None else ("weakly paired" if ar.get("timing") else "none")
+    record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"], clock, pairing)
+    if why:
+        record["summary"]["clock_note"] = why
+    record["ar_prompts"] = ar.get("timing") or []
     if batches:
         record["batches"] = [{k: v for k, v in b.items() if k != "keys"} for b in batches]
     record["prompts"] = [public_row(r) for r in rows]
@@ -328,13 +349,17 @@ def one_line(record: dict) -> str:
             f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "
             f"published {', '.join(s['published'])} -> {s['store']}"
         )
-    clock = " (CPU wall clock)" if record.get("env", {}).get("device") == "cpu" else ""
+    cpu = record.get("env", {}).get("device") == "cpu"
+    clock = {"thread_cpu": " (CPU time)", "wall": " (CPU wall clock)"}.get(s.get("clock", "wall"), "") if cpu else ""
     if ((record.get("config") or {}).get("backend") or {}).get("name") == "vllm":  # vLLM reports no experts
         return (
             f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  TPOT {1e3 * s['tpot_s']:.2f} ms vs AR "
             f"{1e3 * s['ar_tpot_s']:.2f} ms  speedup {s['speedup']:.2f}x (vLLM{', CPU wall clock' if clock else ''})"
         )
+    iv = (s.get("intervals") or {}).get("speedup")
+    band = f" [{iv['low']:.2f}, {iv['high']:.2f}]" if iv else ""
     return (
         f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
-        f"speedup {s['speedup']:.2f}x vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB (est.)"
+        f"speedup {s['speedup']:.2f}x{band} vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB "
+        "(est.)"
     )

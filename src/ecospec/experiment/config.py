@@ -462,6 +462,7 @@ def _family_top_k(model: Mapping) -> int | None:
     return ((model.get("facts") or {}).get("hf_config") or {}).get("num_experts_per_tok")
 
 
+CLOCKS = ("auto", "wall", "thread_cpu")  # experiment.clock.CLOCKS (not imported: validation loads no torch)
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
 
 
@@ -525,6 +526,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
         raise _bad("ar_baseline", d.get("ar_baseline"), "allowed: auto, interleaved, cached")
     if d.get("ar_peer", "hf_generate") not in AR_PEERS:
         raise _bad("ar_peer", d.get("ar_peer"), f"allowed: {', '.join(AR_PEERS)}")
+    if d.get("clock", "auto") not in CLOCKS:
+        raise _bad("clock", d.get("clock"), f"allowed: {', '.join(CLOCKS)}")
     if d.get("split", "heldout") not in SPLITS:
         raise _bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
     ts = d.get("trace_steps")

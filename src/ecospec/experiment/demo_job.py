@@ -5,19 +5,23 @@ would buy on one GPU (the roofline model: modeled, not measured). One record, on
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 import ecospec
+from ecospec.analysis.bootstrap import bootstrap, ratio_of, speedup
 from ecospec.analysis.cost import model_cost, modeled_step
 from ecospec.data import encode_turn, load_prompts
+from ecospec.experiment.clock import now as clock_now
+from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import load_components
 from ecospec.experiment.hf_peer import hf_generate
+from ecospec.experiment.intervals import speedup_units
 from ecospec.experiment.job import run_job
-from ecospec.experiment.metrics import prompt_row, summarize
+from ecospec.experiment.metrics import prompt_row, row_seconds, summarize
 
 LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model", "gto": "GTO"}  # the baseline's row
 FIGURE = "demo.png"
@@ -53,29 +57,36 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     comp = load_components({**d, "method": {"name": "ecospec", "drafter": "default", "selector": "ecospec",
                                              "predictor": "learned"}}, device)  # fmt: skip
     rows = {label: [] for label, _ in methods}
-    hf_tokens = hf_seconds = 0.0
+    hf_rows = []  # transformers' generate on each prompt, right after our AR (the AR users have)
     same = {label: 0 for label, _ in methods}
+    clock, why = pick_clock(d.get("clock"), device)
     template = d["model"].get("chat_template", True)
     desc = " / ".join(label for label, _ in methods)
     for p in tqdm(prompts, desc=desc, unit="prompt", disable=not d.get("progress", True)):
         ids = encode_turn(comp.tokenizer, p.turns[:1], [], p.completion, template)
         ar_tokens = None
         for label, selector in methods:
-            t0 = time.perf_counter()
+            t0, c0 = clock_now()
             res = _generate(comp, ids, d, selector)
-            rows[label].append(prompt_row(p.id, 0, len(ids), res, time.perf_counter() - t0, False))
+            t1, c1 = clock_now()
+            rows[label].append(prompt_row(p.id, 0, len(ids), res, t1 - t0, False, c1 - c0))
             ar_tokens = list(res.tokens) if selector is None else ar_tokens
             same[label] += list(res.tokens) == ar_tokens
-        toks, secs = hf_generate(comp.target, torch.tensor([ids]), 0.0, 1.0, d["max_new_tokens"], d["seed"])
-        hf_tokens, hf_seconds = hf_tokens + len(toks), hf_seconds + secs
-    ours_ar = summarize(rows["AR"])["tokens_per_s"]
-    hf_ar = hf_tokens / hf_seconds
+            if selector is None:
+                toks, secs, cpu = hf_generate(comp.target, torch.tensor([ids]), 0.0, 1.0, d["max_new_tokens"],
+                                              d["seed"])  # fmt: skip
+                rows[label][-1].update(hf_tokens=len(toks), hf_seconds=secs, hf_cpu_seconds=cpu)
+                hf_rows.append(rows[label][-1])
+    ours_ar = summarize(rows["AR"], clock=clock)["tokens_per_s"]
+    hf_ar = sum(r["hf_tokens"] for r in hf_rows) / sum(row_seconds(_hf(r), clock) for r in hf_rows)
     denominator = max(ours_ar, hf_ar)
     cost = model_cost(d["model"])
     gpu = d["demo"]["gpu"]
     measured = {}
+    units = {label: speedup_units(rows[label], rows["AR"], clock, False) for label, _ in methods}
     for label, selector in methods:
-        s = summarize(rows[label])
+        s = summarize(rows[label], clock=clock)
+        iv = bootstrap([units[label]], speedup, seed=d["seed"])
         alpha = 1.0 if selector is None else s["alpha"]
         experts = s["experts_per_layer"]
         measured[label] = {
@@ -86,13 +97,41 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             "modeled_speedup": modeled_step(cost, alpha, experts, gpu)["speedup"],
             "matches_ar": same[label] / len(prompts),
             "t_step_s": s["t_step_s"],
+            "speedup_interval": [iv.low, iv.high] if iv else None,
         }
+    base = methods[1][0]  # EcoSpec against the baseline on the same prompts, interleaved: paired
+    pair = bootstrap([np.concatenate([units["EcoSpec"], units[base]], 1)],
+                     ratio_of(speedup, speedup, slice(0, 6), slice(6, 12)), seed=d["seed"])  # fmt: skip
     record["summary"] = {
         "methods": measured, "prompts": len(prompts), "datasets": list(d["demo"]["datasets"]), "gamma": d["gamma"],
         "max_new_tokens": d["max_new_tokens"], "gpu": gpu, "ar_source": "hf_generate" if hf_ar > ours_ar else "ecospec",
         "ar_ecospec_tokens_per_s": ours_ar, "ar_hf_tokens_per_s": hf_ar, "figure": str(job_dir / FIGURE),
+        "clock": clock, "ecospec_vs_baseline": pair.as_dict() if pair else None,
+        "intervals": {"method": pair.method if pair else None, "resamples": pair.resamples if pair else None,
+                      "unit": "prompt", "pairing": "paired"},
     }  # fmt: skip
+    if why:
+        record["summary"]["clock_note"] = why
     write_figure(record["summary"], job_dir / FIGURE)
+
+
+def _hf(row: dict) -> dict:
+    """A prompt row's transformers' generate timings as a row of their own (`row_seconds` reads them)."""
+    return {"id": row["id"], "seconds": row["hf_seconds"], "cpu_seconds": row["hf_cpu_seconds"]}
+
+
+def pct_interval(iv: dict | None) -> tuple[str, bool]:
+    """A ratio and its interval as a change, '+4 % [−2, +9]', and whether the interval holds no change (within
+    noise); ('(no interval)', False) without one."""
+    if not iv:
+        return "(no interval)", False
+    est, lo, hi = (100 * (iv[k] - 1) for k in ("estimate", "low", "high"))
+    return f"{signed(est)} % [{signed(lo)}, {signed(hi)}]", lo <= 0 <= hi
+
+
+def signed(x: float) -> str:
+    """A rounded percentage with its sign, minus as U+2212 (as the papers print it)."""
+    return f"{round(x):+d}".replace("-", "\u2212")
 
 
 def reading(s: dict) -> str:
@@ -105,28 +144,41 @@ def reading(s: dict) -> str:
     step = e["t_step_s"] / c["t_step_s"] - 1  # > 0: EcoSpec's steps are shorter
     lead = c["speedup"] / e["speedup"] - 1
     gpu = c["modeled_speedup"] / e["modeled_speedup"] - 1
+    where = f"on this CPU ({'CPU time' if s.get('clock') == 'thread_cpu' else 'wall clock'}, 95 % interval)"
+    if "ecospec_vs_baseline" in s:
+        change, noise = pct_interval(s["ecospec_vs_baseline"])
+        versus = f"is {change} against it {where}{', within noise' if noise else ''}"
+    else:
+        versus = f"is {100 * lead:+.0f} % against it {where} (a record from before intervals)"
     return (
         f"EcoSpec verifies {100 * fewer:.0f} % fewer experts per layer than {base} (E {c['E']:.1f} vs {e['E']:.1f}) "
-        f"and is {100 * lead:+.0f} % against it on this CPU, of which acceptance gives {100 * alpha:+.0f} % "
+        f"and {versus}; acceptance gives {100 * alpha:+.0f} % "
         f"(α {c['alpha']:.2f} vs {e['alpha']:.2f}) and step time {100 * step:+.0f} % (its step includes the expert "
         f"predictor); on one {s['gpu']}, where weight bytes set a pass's time, the roofline "
         f"model gives it {100 * gpu:+.0f} % (modeled, not measured)."
     )
 
 
+def clock_words(s: dict) -> str:
+    return "CPU time of the decoding thread" if s.get("clock") == "thread_cpu" else "wall clock"
+
+
 def table(s: dict) -> str:
     """The demo's table as printed (plain text, one row per method)."""
     gpu = s["gpu"]
-    head = f"{'':<9}{'α':>6}{'E':>7}{'speedup (CPU)':>15}{f'modeled ({gpu})':>17}{'same as AR':>12}"
+    head = f"{'':<9}{'α':>6}{'E':>7}{'speedup (CPU) [95 %]':>24}{f'modeled ({gpu})':>17}{'same as AR':>12}"
     lines = [head]
     for label, m in s["methods"].items():
-        lines.append(f"{label:<9}{m['alpha']:>6.2f}{m['E']:>7.2f}{m['speedup']:>14.2f}x{m['modeled_speedup']:>16.2f}x"
-                     f"{100 * m['matches_ar']:>11.0f}%")  # fmt: skip
+        iv = m.get("speedup_interval")
+        band = f"[{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
+        lines.append(f"{label:<9}{m['alpha']:>6.2f}{m['E']:>7.2f}{m['speedup']:>9.2f}x {band:>13}"
+                     f"{m['modeled_speedup']:>16.2f}x{100 * m['matches_ar']:>11.0f}%")  # fmt: skip
     ar = "transformers' generate" if s["ar_source"] == "hf_generate" else "our AR loop"
     lines.append(
         f"{s['prompts']} held-out prompts ({', '.join(s['datasets'])}) x {s['max_new_tokens']} tokens, greedy, "
-        f"γ = {s['gamma']}; speedup vs the faster AR ({ar}); α: tokens per step; E: unique experts per MoE "
-        f"layer per verify pass; modeled: roofline weight bytes on one {gpu}, not measured."
+        f"γ = {s['gamma']}; speedup vs the faster AR ({ar}), {clock_words(s)}, with its 95 % interval (paired "
+        f"bootstrap over prompts); α: tokens per step; E: unique experts per MoE layer per verify pass; modeled: "
+        f"roofline weight bytes on one {gpu}, not measured."
     )
     return "\n".join([*lines, reading(s)])
 
@@ -145,7 +197,13 @@ def write_figure(s: dict, path: Path) -> Path:
     x = range(len(labels))
     w = 0.38
     measured = [s["methods"][k]["speedup"] for k in labels]
-    ax_s.bar([i - w / 2 for i in x], measured, w, color=colors, label="CPU (measured)")
+    bands = [s["methods"][k].get("speedup_interval") or [v, v] for k, v in zip(labels, measured, strict=True)]
+    err = [
+        [v - b[0] for v, b in zip(measured, bands, strict=True)],
+        [b[1] - v for v, b in zip(measured, bands, strict=True)],
+    ]
+    ax_s.bar([i - w / 2 for i in x], measured, w, color=colors, label="CPU (measured, 95 % interval)", yerr=err,
+             capsize=3, error_kw={"lw": 0.8})  # fmt: skip
     ax_s.bar([i + w / 2 for i in x], [s["methods"][k]["modeled_speedup"] for k in labels], w, color=colors, alpha=0.45,
              hatch="//", label=f"{s['gpu']} (modeled)")  # fmt: skip
     ax_s.set_xticks(list(x), labels)

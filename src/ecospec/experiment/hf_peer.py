@@ -21,8 +21,9 @@ def _now(device: torch.device) -> float:
 @torch.no_grad()
 def hf_generate(
     target, ids: torch.Tensor, temperature: float, top_p: float, max_new_tokens: int, seed: int
-) -> tuple[list[int], float]:
-    """(new tokens, seconds) of `target.generate` on one prompt [1, n]: greedy at temperature 0, else sampling with
+) -> tuple[list[int], float, float]:
+    """(new tokens, wall seconds, thread CPU seconds: `experiment.clock`) of `target.generate` on one prompt [1, n]:
+    greedy at temperature 0, else sampling with
     `temperature` and `top_p` and no top-k (as `ecospec.generate`), stopping after the target's eos (kept) or
     `max_new_tokens`. Sampling draws from torch's global generator, seeded here and restored after."""
     ids = ids.to(target.device)
@@ -33,8 +34,8 @@ def hf_generate(
     pad = target.generation_config.pad_token_id
     with torch.random.fork_rng(devices=[target.device] if target.device.type == "cuda" else []):
         torch.manual_seed(seed)
-        t0 = _now(target.device)
+        t0, c0 = _now(target.device), time.thread_time()
         out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                               pad_token_id=pad if pad is not None else eos, **sample)  # fmt: skip
-        seconds = _now(target.device) - t0
-    return out[0, ids.shape[1] :].tolist(), seconds
+        seconds, cpu_seconds = _now(target.device) - t0, time.thread_time() - c0
+    return out[0, ids.shape[1] :].tolist(), seconds, cpu_seconds

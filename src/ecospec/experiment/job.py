@@ -18,7 +18,8 @@ from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wan
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
 from ecospec.parallel import env_rank, env_world, init_group, world
 
-RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ar_peer", "ranks")
+RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ar_peer", "ranks",
+            "clock")  # fmt: skip
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]

@@ -19,16 +19,21 @@ import torch
 
 from ecospec.engine.records import GenerateResult
 
-PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total")
+PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_cpu")  # t_cpu: the step's thread CPU time
 
 
-def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, seconds: float, oracle: bool) -> dict:
-    """Everything the summary needs from one generation (sums, so rows of a cell add up)."""
+def prompt_row(
+    pid: str, turn: int, prompt_tokens: int, res: GenerateResult, seconds: float, oracle: bool,
+    cpu_seconds: float | None = None,
+) -> dict:  # fmt: skip
+    """Everything the summary needs from one generation (sums, so rows of a cell add up). `seconds`: its wall time,
+    `cpu_seconds`: the decoding thread's CPU time over the same span (`experiment.clock`)."""
     steps = res.steps
     layers = len(steps[0].experts) if steps else 0
     sums = {f"{p}_s": sum(getattr(s, p) for s in steps) for p in PHASES}
-    if oracle:
+    if oracle:  # the oracle's router look-ups are analysis only (wall time; the CPU share alike at one thread)
         seconds -= sums["t_pred_s"]
+        cpu_seconds = None if cpu_seconds is None else cpu_seconds - sums["t_pred_s"]
     return {
         "id": pid,
         "turn": turn,
@@ -39,6 +44,7 @@ def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, sec
         "accepted": sum(s.accepted for s in steps),
         "verified": sum(s.verified for s in steps),
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "t_prefill_s": res.t_prefill,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
@@ -49,7 +55,7 @@ def prompt_row(pid: str, turn: int, prompt_tokens: int, res: GenerateResult, sec
     }
 
 
-def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool) -> dict:
+def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_seconds: float | None = None) -> dict:
     """What the batched verify passes of batch `n` did (`res`: a BatchResult), as sums like `prompt_row`'s: E and
     the step timings of a batch_size > 1 cell are per batched pass (the paper's "active experts" at B > 1)."""
     steps = res.steps
@@ -63,6 +69,7 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool) -> dic
         "verified": sum(s.verified for s in steps),
         "tokens": sum(len(r.tokens) for r in res.results),
         "seconds": seconds - (sums["t_pred_s"] if oracle else 0.0),
+        "cpu_seconds": None if cpu_seconds is None else cpu_seconds - (sums["t_pred_s"] if oracle else 0.0),
         "t_prefill_s": res.t_prefill,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
@@ -86,26 +93,46 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def summarize(rows: list[dict], batches: list[dict] | None = None) -> dict:
+def _per_step(rows: list[dict], key: str, steps: int) -> float | None:
+    """Σ key / steps; None where a row lacks the key (rows checkpointed before it was recorded, e.g. t_cpu_s)."""
+    if any(key not in r for r in rows):
+        return None
+    return _ratio(sum(r[key] for r in rows), steps)
+
+
+def row_seconds(row: dict, clock: str = "wall") -> float:
+    """A row's seconds under `clock` (`experiment.clock`): `cpu_seconds` for thread_cpu, else its wall `seconds`."""
+    if clock == "thread_cpu":
+        if row.get("cpu_seconds") is None:
+            raise ValueError(f"prompt row {row.get('id')!r} has no cpu_seconds: it was timed before thread_cpu")
+        return row["cpu_seconds"]
+    return row["seconds"]
+
+
+def summarize(rows: list[dict], batches: list[dict] | None = None, clock: str = "wall") -> dict:
     """Summary metrics of a cell from its prompt rows (AR fields are added by the caller). With `batches` (batch
     rows of a batch_size > 1 cell), E and the per-step timings are per batched verify pass; alpha stays per
-    sequence (tokens a sequence gains per step, averaged over every sequence's steps)."""
+    sequence (tokens a sequence gains per step, averaged over every sequence's steps). tokens_per_s divides by
+    `clock`'s seconds; `wall_seconds` is kept beside them."""
     steps = sum(r["steps"] for r in rows)
     tokens = sum(r["n_tokens"] for r in rows)
+    seconds = sum(row_seconds(r, clock) for r in rows)
     layers = max((len(r["experts_sum"]) for r in rows), default=0)
     by_layer = [_ratio(sum(r["experts_sum"][i] for r in rows if r["experts_sum"]), steps) for i in range(layers)]
     out = {
         "alpha": _ratio(sum(r["accepted"] for r in rows), steps),
         "experts_per_layer": sum(by_layer) / layers if layers and steps else None,
         "experts_by_layer": by_layer,
-        **{f"{p}_s": _ratio(sum(r[f"{p}_s"] for r in rows), steps) for p in PHASES if p != "t_total"},
+        **{f"{p}_s": _per_step(rows, f"{p}_s", steps) for p in PHASES if p != "t_total"},
         "t_step_s": _ratio(sum(r["t_total_s"] for r in rows), steps),
         "t_prefill_s": _ratio(sum(r["t_prefill_s"] for r in rows), len(rows)),
         "tokens": tokens,
         "steps": steps,
         "prompts": len(rows),
-        "seconds": sum(r["seconds"] for r in rows),
-        "tokens_per_s": _ratio(tokens, sum(r["seconds"] for r in rows)),
+        "seconds": seconds,
+        "wall_seconds": sum(r["seconds"] for r in rows),
+        "clock": clock,
+        "tokens_per_s": _ratio(tokens, seconds),
         # share of full-length outputs whose last 16 tokens are a loop of period <= 2 (output quality)
         "loop_share": _ratio(sum(bool(r.get("loop")) for r in loops), len(loops))
         if (loops := [r for r in rows if r.get("loop") is not None])
@@ -118,7 +145,7 @@ def summarize(rows: list[dict], batches: list[dict] | None = None) -> dict:
         ]
         out["experts_per_layer"] = sum(by_layer) / layers if layers and passes else None
         out["experts_by_layer"] = by_layer
-        out.update({f"{p}_s": _ratio(sum(b[f"{p}_s"] for b in batches), passes) for p in PHASES if p != "t_total"})
+        out.update({f"{p}_s": _per_step(batches, f"{p}_s", passes) for p in PHASES if p != "t_total"})
         out["t_step_s"] = _ratio(sum(b["t_total_s"] for b in batches), passes)
         out["t_prefill_s"] = _ratio(sum(b["t_prefill_s"] for b in batches), len(batches))
         out["passes"] = passes
