@@ -312,6 +312,9 @@ def test_a_cell_records_paired_intervals_and_its_clock(cell):
     for key, value in (("speedup", s["speedup"]), ("alpha", s["alpha"]), ("E", s["experts_per_layer"])):
         assert iv[key]["low"] <= value <= iv[key]["high"] and iv[key]["units"] == 3, key
         assert iv[key]["estimate"] == pytest.approx(value), key
+    units = iv["units"]  # per-unit columns the reports pair across cells
+    assert units["keys"] == sorted(f"prompt:{r['id']}" for r in rec["prompts"])
+    assert len(units["speedup"]) == len(units["alpha"]) == len(units["E"]) == 3
     assert all(r["cpu_seconds"] > 0 and r["seconds"] > 0 for r in rec["prompts"])
     assert {r["id"] for r in rec["ar_prompts"]} == {r["id"] for r in rec["prompts"]}
     assert all(r["hf_cpu_seconds"] > 0 for r in rec["ar_prompts"])
@@ -553,6 +556,9 @@ def test_batched_cell_equals_the_unbatched_cell_and_reports_pass_metrics(cell, m
     assert s["experts_per_layer"] >= ref["summary"]["experts_per_layer"]  # the union over a pass's sequences
     assert s["wall_seconds"] == pytest.approx(sum(b["seconds"] for b in batches))  # each batch's wall time once
     assert s["clock"] == "thread_cpu" and s["seconds"] == pytest.approx(sum(b["cpu_seconds"] for b in batches))
+    iv = s["intervals"]  # a batched cell resamples batches, never prompts of one batch apart
+    assert iv["unit"] == "batch" and iv["units"]["keys"] == ["batch:0", "batch:1", "batch:2"]
+    assert iv["E"]["estimate"] == pytest.approx(s["experts_per_layer"]) and iv["speedup"]["units"] == 3
     assert s["rho"] == pytest.approx(s["ar_t_step_s"] / s["t_verify_s"])
     if buffer == "sequence" and method == "ecospec":
         assert s["alpha"] == pytest.approx(ref["summary"]["alpha"])  # the same trees, selections and acceptances

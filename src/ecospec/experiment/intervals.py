@@ -23,6 +23,11 @@ def unit_of(row: dict, batched: bool):
     return ("batch", row["batch"]) if batched else ("prompt", row["id"])
 
 
+def unit_keys(rows: list[dict], batched: bool) -> list[str]:
+    """The units' names in the order every *_units array lists them: 'prompt:<id>' or 'batch:<n>'."""
+    return [f"{kind}:{key}" for kind, key in sorted({unit_of(r, batched) for r in rows})]
+
+
 def speedup_units(rows: list[dict], ar_rows: list[dict], clock: str, batched: bool) -> np.ndarray | None:
     """[units, 6] SPEEDUP_COLUMNS per unit from the method's and AR's prompt rows (None: an AR row is missing)."""
     cols: dict = defaultdict(lambda: np.zeros(6))
@@ -39,20 +44,20 @@ def speedup_units(rows: list[dict], ar_rows: list[dict], clock: str, batched: bo
             cols[u][4:6] += (r["hf_tokens"], r["hf_cpu_seconds"] if clock == "thread_cpu" else r["hf_seconds"])
     if seen != set(cols):
         return None
-    return np.array([cols[u] for u in sorted(cols, key=str)])
+    return np.array([cols[u] for u in sorted(cols)])
 
 
 def alpha_units(rows: list[dict], batched: bool) -> np.ndarray:
     cols: dict = defaultdict(lambda: np.zeros(2))
     for r in rows:
         cols[unit_of(r, batched)] += (r["accepted"], r["steps"])
-    return np.array([cols[u] for u in sorted(cols, key=str)])
+    return np.array([cols[u] for u in sorted(cols)])
 
 
 def experts_units(rows: list[dict], batches: list[dict] | None) -> np.ndarray:
     """[units, 2]: unique experts summed over layers and passes / layers, passes (E = their ratio)."""
     if batches:
-        items = [(b["experts_sum"], b["passes"]) for b in batches]
+        items = [(b["experts_sum"], b["passes"]) for b in sorted(batches, key=lambda b: b["batch"])]
     else:
         per: dict = defaultdict(lambda: [None, 0])
         for r in rows:
@@ -78,8 +83,12 @@ def cell_intervals(
         out["pairing"] = "none"
     iv = bootstrap([units], speedup, seed=seed, unit=unit) if units is not None else None
     out["speedup"] = iv.as_dict() if iv else None
-    iv = bootstrap([alpha_units(rows, batched)], ratio(0, 1), seed=seed, unit=unit)
+    alpha, experts = alpha_units(rows, batched), experts_units(rows, batches)
+    iv = bootstrap([alpha], ratio(0, 1), seed=seed, unit=unit)
     out["alpha"] = iv.as_dict() if iv else None
-    iv = bootstrap([experts_units(rows, batches)], ratio(0, 1), seed=seed, unit=unit)
+    iv = bootstrap([experts], ratio(0, 1), seed=seed, unit=unit)
     out["E"] = iv.as_dict() if iv else None
+    # the per-unit columns themselves, so that the reports can pair two cells' units (method against method)
+    out["units"] = {"keys": unit_keys(rows, batched), "speedup": None if units is None else units.tolist(),
+                    "alpha": alpha.tolist(), "E": experts.tolist()}  # fmt: skip
     return out

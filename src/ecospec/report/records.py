@@ -11,7 +11,9 @@ experts_per_layer, experts_by_layer, t_pred_s, t_draft_s, t_select_s, t_verify_s
 tokens_per_s, ar_tokens_per_s, ar_t_step_s, speedup, matches_ar, hbm_bytes_per_verify, predictor_accuracy, top_k,
 num_experts, num_moe_layers, rho, passes, ar_experts_per_layer; budgeted cells also budget_error_rate,
 first_divergence, loglik_per_token, ar_loglik_per_token; ar_source; vLLM records tpot_s, ttft_s, ar_tpot_s,
-ar_ttft_s, acceptance_by_position, requests), expert_load ([MoE layers, N] int64 array or None) and
+ar_ttft_s, acceptance_by_position, requests; clock: the cell's clock, `wall` or `thread_cpu`, None before the
+knob; intervals: the cell's bootstrap intervals and per-unit columns, `experiment.intervals`, None before them),
+expert_load ([MoE layers, N] int64 array or None) and
 trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them) and routes (a vLLM
 record's committed sequences with vLLM's own routing, `vllm_backend.routes`, or None).
 """
@@ -40,6 +42,7 @@ SUMMARY = (
     "predictor_accuracy", "top_k", "num_experts", "num_moe_layers", "rho", "passes",
     "ar_experts_per_layer", "budget_error_rate", "first_divergence", "loglik_per_token", "ar_loglik_per_token",
     "ar_source", "tpot_s", "ttft_s", "ar_tpot_s", "ar_ttft_s", "acceptance_by_position", "requests",
+    "clock", "intervals",
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
