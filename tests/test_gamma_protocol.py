@@ -10,12 +10,21 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
 from ecospec.experiment.config import as_dict, cell_id, cell_name
-from ecospec.report.gamma import build_gamma, choose, chosen_gammas, extend_gammas, protocol_cells, protocol_table
+from ecospec.report.gamma import (
+    build_gamma,
+    choose,
+    chosen_gammas,
+    extend_gammas,
+    noise_aware,
+    protocol_cells,
+    protocol_table,
+)
 from ecospec.report.records import frame_of
 from ecospec.report.tables import table01_main
 
@@ -65,12 +74,50 @@ def test_a_gamma_only_ecospec_ran_at_is_never_chosen_and_upper_end_asks_for_more
 def test_protocol_table_marks_the_choice_and_names_it():
     s = {("eagle3", 4): 1.2, ("ecospec", 4): 1.3, ("eagle3", 6): 1.4, ("ecospec", 6): 1.5}
     table = protocol_table(_frame(s), DEFAULTS)
-    assert list(table["γ"]) == [4, 6] and list(table["Chosen"]) == ["", "◀ chosen"]
+    assert list(table["γ"]) == [4, 6] and list(table["Chosen"]) == ["", "◀ best mean (the paper's rule)"]
     assert table.loc[1, "EAGLE-3 GSM8K speedup"] == 1.4 and table.loc[1, "EcoSpec mean speedup"] == 1.5
     assert abs(table.loc[1, "Score speedup"] - 1.45) < 1e-12
     (built,), missing = build_gamma(_frame(s), DEFAULTS)
-    assert not missing and "γ = 6" in built.note
+    assert not missing and "γ = 6" in built.note and "noise-aware: none (records without intervals)" in built.note
     assert build_gamma(frame_of([]), DEFAULTS) == ([], ["γ protocol"])
+
+
+def _noisy_frame(true: dict[int, float], prompts: int = 8, seed: int = 0) -> pd.DataFrame:
+    """Protocol cells whose records carry per-prompt speedup columns (`experiment.intervals`) drawn around a true
+    score per γ (both methods alike): each prompt has its own length and difficulty, the method its own noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g, value in true.items():
+        for m in ("eagle3", "ecospec"):
+            for d in ("gsm8k", "humaneval"):
+                length = rng.integers(40, 65, prompts).astype(float)
+                hard = rng.lognormal(0, 0.3, prompts)
+                ar = length * 0.02 * hard
+                sd = ar / value * rng.lognormal(-0.02, 0.2, prompts)
+                units = np.stack([length, sd, length, ar, np.zeros(prompts), np.zeros(prompts)], 1)
+                tot = units.sum(0)
+                row = _row(m, g, d, (tot[0] / tot[1]) / (tot[2] / tot[3]))
+                keys = [f"prompt:{d}/{i}" for i in range(prompts)]
+                row["intervals"] = {"units": {"keys": keys, "speedup": units.tolist()}}
+                rows.append(row)
+    return frame_of(rows)
+
+
+def test_the_noise_aware_choice_is_the_smallest_gamma_within_noise_of_the_best():
+    """γ 4 and 6 are equal in truth (whichever wins by a fluctuation), 8 is clearly worse: the paper's rule takes the
+    best mean, the noise-aware rule the smallest γ whose score − best interval holds 0, i.e. 4."""
+    frame = _noisy_frame({4: 1.40, 6: 1.40, 8: 1.10})
+    choice = noise_aware(protocol_cells(frame, DEFAULTS), choose(protocol_cells(frame, DEFAULTS))).set_index("gamma")
+    best = int(choice.index[choice["chosen"]][0])
+    assert best in (4, 6) and choice.loc[best, "within_noise"]
+    assert choice.loc[4, "within_noise"] and not choice.loc[8, "within_noise"]
+    assert list(choice.index[choice["chosen_noise"]]) == [4]
+    assert (choice["score_low"] <= choice["score"]).all() and (choice["score"] <= choice["score_high"]).all()
+    assert choice.loc[8, "diff_high"] < 0
+    table = protocol_table(frame, DEFAULTS)
+    assert "◀ noise-aware" in table.loc[table["γ"] == 4, "Chosen"].iloc[0]
+    (built,), _ = build_gamma(frame, DEFAULTS)
+    assert f"γ = {best}" in built.note and "noise-aware γ = 4" in built.note
 
 
 def test_main_tables_hold_each_model_at_its_own_gamma():

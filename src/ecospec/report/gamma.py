@@ -12,11 +12,83 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
+from ecospec.analysis.bootstrap import bootstrap, speedup
 from ecospec.report.tables import DATASETS, Table, _at, _clock, _newest, model_label, prepare, sweeps
 
 METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
+
+
+def _units(cell: pd.Series) -> dict[str, list[float]] | None:
+    """A cell's speedup columns per prompt (`experiment.intervals`), by unit key; None for records without them."""
+    iv = cell.get("intervals")
+    units = iv.get("units") if isinstance(iv, dict) else None
+    if not units or units.get("speedup") is None:
+        return None
+    return dict(zip(units["keys"], units["speedup"], strict=True))
+
+
+def _strata(cells: pd.DataFrame, gammas: tuple[int, ...], datasets) -> list[np.ndarray] | None:
+    """One stratum per (method, dataset): the units both/all `gammas` cells decoded, their speedup columns side by
+    side (6 per γ), paired by prompt (the same prompts at every γ; measured in different cells: weakly paired)."""
+    out = []
+    for role in METHODS:
+        for d in datasets:
+            per = []
+            for g in gammas:
+                hit = cells[(cells["role"] == role) & (cells["dataset"] == d) & (cells["gamma"] == g)]
+                per.append(_units(hit.iloc[0]) if len(hit) else None)
+            if any(u is None for u in per):
+                return None
+            keys = sorted(set.intersection(*(set(u) for u in per)))
+            if len(keys) < 2:
+                return None
+            out.append(np.array([[x for u in per for x in u[k]] for k in keys]))
+    return out
+
+
+def _score_stat(k: int, j: int | None = None):
+    """The protocol's score (the mean over methods and datasets of the speedup) from the k-th γ's 6 columns of each
+    stratum, minus the j-th γ's when `j` is given."""
+
+    def stat(sums):
+        one = np.mean([speedup([s[:, 6 * k : 6 * k + 6]]) for s in sums], axis=0)
+        return one if j is None else one - np.mean([speedup([s[:, 6 * j : 6 * j + 6]]) for s in sums], axis=0)
+
+    return stat
+
+
+def noise_aware(cells: pd.DataFrame, choice: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """`choice` with each γ's score interval (score_low, score_high), the interval of score(γ) − score(best)
+    (diff_low, diff_high) by a paired bootstrap over prompts within each method and dataset, `within_noise` where
+    it holds 0, and `chosen_noise` on the smallest such γ: the choice a fluctuation cannot make. NaN / False where
+    a cell has no per-prompt columns (records from before the intervals)."""
+    out = choice.copy()
+    for col in ("score_low", "score_high", "diff_low", "diff_high"):
+        out[col] = np.nan
+    out["within_noise"] = False
+    out["chosen_noise"] = False
+    for model, g in out.groupby("model", sort=False):
+        mine = cells[cells["model"] == model]
+        best = int(g.loc[g["chosen"], "gamma"].iloc[0])
+        for i, r in g.iterrows():
+            both = mine[mine["gamma"] == r["gamma"]].pivot_table(index="dataset", columns="role", values="speedup")
+            datasets = sorted(both.dropna(subset=list(METHODS)).index)
+            strata = _strata(mine, (int(r["gamma"]), best), datasets)
+            if strata is None:
+                continue
+            score = bootstrap(strata, _score_stat(0), seed=seed)
+            diff = bootstrap(strata, _score_stat(0, 1), seed=seed) if r["gamma"] != best else None
+            out.loc[i, ["score_low", "score_high"]] = (score.low, score.high) if score else (np.nan, np.nan)
+            lo, hi = (diff.low, diff.high) if diff else (0.0, 0.0) if r["gamma"] == best else (np.nan, np.nan)
+            out.loc[i, ["diff_low", "diff_high"]] = (lo, hi)
+            out.loc[i, "within_noise"] = bool(lo <= 0 <= hi)
+        held = out[(out["model"] == model) & out["within_noise"]]
+        if len(held) and out.loc[(out["model"] == model) & ~out["within_noise"], "diff_low"].notna().all():
+            out.loc[held["gamma"].idxmin(), "chosen_noise"] = True
+    return out
 
 
 def protocol_cells(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
@@ -57,7 +129,7 @@ def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = No
     cells = protocol_cells(frame, defaults)
     if cells.empty:
         return pd.DataFrame()
-    choice = choose(cells)
+    choice = noise_aware(cells, choose(cells))
     wide = cells.pivot_table(index=["model", "gamma"], columns=["role", "dataset"], values="speedup", aggfunc="mean")
     rows = []
     for r in choice.itertuples():
@@ -70,13 +142,20 @@ def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = No
                     row[f"{label} {DATASETS.get(d, d)} speedup"] = wide.loc[(r.model, r.gamma), (role, d)]
             row[f"{label} mean speedup"] = getattr(r, role)
         row["Score speedup"] = r.score
+        best = choice.loc[(choice["model"] == r.model) & choice["chosen"], "score"].iloc[0]
+        row["Score 95 % interval"] = f"[{r.score_low:.2f}, {r.score_high:.2f}]" if pd.notna(r.score_low) else "—"
+        row["Score − best [95 %]"] = (
+            f"{r.score - best:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}]" if pd.notna(r.diff_low) else "—"
+        )
         # EcoSpec against the baseline at this γ (means over the datasets both ran): speedup, α and E ratios
         at = cells[(cells["model"] == r.model) & (cells["gamma"] == r.gamma)]
         means = at.groupby("role")[["alpha", "E"]].mean()
         row["EcoSpec / baseline speedup"] = r.ecospec / r.baseline
         row["α ratio"] = means.loc["ecospec", "alpha"] / means.loc["baseline", "alpha"]
         row["E ratio"] = means.loc["ecospec", "E"] / means.loc["baseline", "E"]
-        row["Chosen"] = "◀ chosen" if r.chosen else ""
+        row["Chosen"] = " ".join(
+            x for x, on in (("◀ best mean (the paper's rule)", r.chosen), ("◀ noise-aware", r.chosen_noise)) if on
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -111,14 +190,21 @@ def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None)
         return [], ["γ protocol"]
     used = protocol_cells(frame, defaults)
     chosen = chosen_gammas(frame, defaults)
+    aware = noise_aware(used, choose(used))
+    aware = {r.model: int(r.gamma) for r in aware[aware["chosen_noise"]].itertuples()}
     said = "; ".join(
-        f"{model_label(m)}: γ = {g}" + (" (the largest swept: extend the sweep)" if end else "")
+        f"{model_label(m)}: γ = {g}"
+        + (" (the largest swept: extend the sweep)" if end else "")
+        + (f", noise-aware γ = {aware[m]}" if m in aware else ", noise-aware: none (records without intervals)")
         for m, (g, end) in chosen.items()
     )
     note = (
         "The EcoSpec paper's rule (App. C): per γ, each method's speedup vs AR averaged over the datasets both methods "
         "ran (T = 0, standard drafter and predictor); Score = the mean of the two methods' means; the chosen γ has the "
-        f"highest score (ties: the smaller γ; never chosen on EcoSpec alone). Chosen: {said}. Put it in "
+        "highest score (ties: the smaller γ; never chosen on EcoSpec alone). Beside it the noise-aware choice: the "
+        "smallest γ whose score − the best score has a 95 % interval that holds 0 (paired bootstrap over prompts "
+        "within each method and dataset, the cells' own per-prompt columns; weakly paired: each γ is its own cell); "
+        f"the sweep's extension follows the best mean. Chosen: {said}. Put it in "
         f"conf/model/<model>.yaml as `gamma:` (the tables that hold γ fixed use it). From {len(used)} records "
         f"(sweeps: {sweeps(used)}).{_clock(used)}"
     )
