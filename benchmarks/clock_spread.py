@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ecospec.analysis.bootstrap import speedup  # noqa: E402
 from ecospec.experiment.intervals import speedup_units  # noqa: E402
+from ecospec.tiny.release import processor  # noqa: E402
 
 CLOCKS = ("wall", "thread_cpu")
 IDLE_BUSY = 0.10  # at most this share of one core busy over the sample for "idle"
@@ -144,10 +145,10 @@ def table(runs: list[dict], a) -> list[str]:
     out = [
         "### Speedup spread of a repeated cell under each clock",
         "",
-        f"`{cmd}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores): the embedded "
-        f"default, {a.method} and AR interleaved, {a.prompts} HumanEval prompts x {a.tokens} tokens, one torch thread, "
-        f"{a.repeats} repeats each; busy = a CPU-bound process on the side. Spread = max / min over the repeats "
-        "(goal: 1.03 idle, 1.05 busy).",
+        f"`{cmd}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, {processor()}): "
+        f"the embedded default, {a.method} and AR interleaved, {a.prompts} HumanEval prompts x {a.tokens} tokens, "
+        f"one torch thread, {a.repeats} repeats each; busy = a CPU-bound process on the side. Spread = max / min "
+        "over the repeats (goal: 1.03 idle, 1.05 busy).",
         "",
         "| clock | load | speedups | mean | spread |",
         "|:--|:--|:--|---:|---:|",
