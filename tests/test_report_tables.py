@@ -313,3 +313,14 @@ def test_since_keeps_the_newer_records(recs, tmp_path):
     cut = recs[30]["finished"]
     assert len(load_records([tmp_path], since=cut).frame) == 10
     assert len(load_records([tmp_path]).frame) == 40
+
+
+def test_captions_name_the_clock_the_records_divided_by(frame):
+    from ecospec.report.tables import _clock
+
+    cpu = frame[(frame["status"] == "ok") & frame["device"].fillna("").str.startswith("cpu")].head(4).copy()
+    assert "CPU wall clock" in _clock(cpu)  # records from before the clock knob: wall time
+    cpu["clock"] = "thread_cpu"
+    assert "the decoding thread's CPU time" in _clock(cpu) and "wall" not in _clock(cpu)
+    cpu.iloc[0, cpu.columns.get_loc("clock")] = "wall"
+    assert "CPU wall clock and the decoding thread's CPU time" in _clock(cpu)

@@ -678,8 +678,11 @@ def _clock(used: pd.DataFrame) -> str:
     out = ""
     if cpu.any():
         models = names(used[cpu].assign(m=used.loc[cpu, "model"].map(model_label)), "m")
+        clocks = used.loc[cpu, "clock"] if "clock" in used else pd.Series("wall", index=used.index[cpu])
+        kinds = {"thread_cpu": "the decoding thread's CPU time"}
+        said = " and ".join(sorted({kinds.get(c, "CPU wall clock") for c in clocks.fillna("wall")}))
         out += (
-            f" Times and speedups of {models} are CPU wall clock ({names(used[cpu], 'hardware')}), not GPU numbers "
+            f" Times and speedups of {models} are {said} ({names(used[cpu], 'hardware')}), not GPU numbers "
             "(modeled GPU numbers: modeled.md)."
         )
     if (~cpu).any() and names(used[~cpu], "hardware"):
