@@ -24,6 +24,7 @@ from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import (
     batch_row,
     expert_load,
+    hf_seconds,
     prompt_row,
     public_row,
     quality_summary,
@@ -220,8 +221,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
     summary = summarize(rows, batches, clock)
     ours = summary["tokens_per_s"]
     timed = [r for r in rows if "hf_seconds" in r]
-    hf_key = "hf_cpu_seconds" if clock == "thread_cpu" else "hf_seconds"
-    hf = sum(r["hf_tokens"] for r in timed) / sum(r[hf_key] for r in timed) if timed else None
+    hf = sum(r["hf_tokens"] for r in timed) / sum(hf_seconds(r, clock) for r in timed) if timed else None
     source = "hf_generate" if hf and ours and hf > ours else "ecospec"
     ar = {
         "schema": SCHEMA,

@@ -21,7 +21,7 @@ from ecospec.experiment.components import load_components
 from ecospec.experiment.hf_peer import hf_generate
 from ecospec.experiment.intervals import speedup_units
 from ecospec.experiment.job import run_job
-from ecospec.experiment.metrics import prompt_row, row_seconds, summarize
+from ecospec.experiment.metrics import hf_seconds, prompt_row, summarize
 
 LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model", "gto": "GTO"}  # the baseline's row
 FIGURE = "demo.png"
@@ -57,7 +57,6 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     comp = load_components({**d, "method": {"name": "ecospec", "drafter": "default", "selector": "ecospec",
                                              "predictor": "learned"}}, device)  # fmt: skip
     rows = {label: [] for label, _ in methods}
-    hf_rows = []  # transformers' generate on each prompt, right after our AR (the AR users have)
     same = {label: 0 for label, _ in methods}
     clock, why = pick_clock(d.get("clock"), device)
     template = d["model"].get("chat_template", True)
@@ -72,13 +71,12 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             rows[label].append(prompt_row(p.id, 0, len(ids), res, t1 - t0, False, c1 - c0))
             ar_tokens = list(res.tokens) if selector is None else ar_tokens
             same[label] += list(res.tokens) == ar_tokens
-            if selector is None:
+            if selector is None:  # transformers' generate, right after our AR (the AR its users have)
                 toks, secs, cpu = hf_generate(comp.target, torch.tensor([ids]), 0.0, 1.0, d["max_new_tokens"],
                                               d["seed"])  # fmt: skip
                 rows[label][-1].update(hf_tokens=len(toks), hf_seconds=secs, hf_cpu_seconds=cpu)
-                hf_rows.append(rows[label][-1])
     ours_ar = summarize(rows["AR"], clock=clock)["tokens_per_s"]
-    hf_ar = sum(r["hf_tokens"] for r in hf_rows) / sum(row_seconds(_hf(r), clock) for r in hf_rows)
+    hf_ar = sum(r["hf_tokens"] for r in rows["AR"]) / sum(hf_seconds(r, clock) for r in rows["AR"])
     denominator = max(ours_ar, hf_ar)
     cost = model_cost(d["model"])
     gpu = d["demo"]["gpu"]
@@ -107,17 +105,10 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
         "max_new_tokens": d["max_new_tokens"], "gpu": gpu, "ar_source": "hf_generate" if hf_ar > ours_ar else "ecospec",
         "ar_ecospec_tokens_per_s": ours_ar, "ar_hf_tokens_per_s": hf_ar, "figure": str(job_dir / FIGURE),
         "clock": clock, "ecospec_vs_baseline": pair.as_dict() if pair else None,
-        "intervals": {"method": pair.method if pair else None, "resamples": pair.resamples if pair else None,
-                      "unit": "prompt", "pairing": "paired"},
     }  # fmt: skip
     if why:
         record["summary"]["clock_note"] = why
     write_figure(record["summary"], job_dir / FIGURE)
-
-
-def _hf(row: dict) -> dict:
-    """A prompt row's transformers' generate timings as a row of their own (`row_seconds` reads them)."""
-    return {"id": row["id"], "seconds": row["hf_seconds"], "cpu_seconds": row["hf_cpu_seconds"]}
 
 
 def pct_interval(iv: dict | None) -> tuple[str, bool]:

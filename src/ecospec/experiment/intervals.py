@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from ecospec.analysis.bootstrap import bootstrap, ratio, speedup
-from ecospec.experiment.metrics import row_seconds
+from ecospec.experiment.metrics import hf_seconds, row_seconds
 
 
 def unit_of(row: dict, batched: bool):
@@ -41,7 +41,7 @@ def speedup_units(rows: list[dict], ar_rows: list[dict], clock: str, batched: bo
         seen.add(u)
         cols[u][2:4] += (r["n_tokens"], row_seconds(r, clock))
         if "hf_seconds" in r:
-            cols[u][4:6] += (r["hf_tokens"], r["hf_cpu_seconds"] if clock == "thread_cpu" else r["hf_seconds"])
+            cols[u][4:6] += (r["hf_tokens"], hf_seconds(r, clock))
     if seen != set(cols):
         return None
     return np.array([cols[u] for u in sorted(cols)])

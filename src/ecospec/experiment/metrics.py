@@ -109,6 +109,11 @@ def row_seconds(row: dict, clock: str = "wall") -> float:
     return row["seconds"]
 
 
+def hf_seconds(row: dict, clock: str = "wall") -> float:
+    """An AR row's transformers' `generate` seconds under `clock` (`hf_cpu_seconds` for thread_cpu)."""
+    return row["hf_cpu_seconds"] if clock == "thread_cpu" else row["hf_seconds"]
+
+
 def summarize(rows: list[dict], batches: list[dict] | None = None, clock: str = "wall") -> dict:
     """Summary metrics of a cell from its prompt rows (AR fields are added by the caller). With `batches` (batch
     rows of a batch_size > 1 cell), E and the per-step timings are per batched verify pass; alpha stays per

@@ -129,7 +129,11 @@ def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = No
     cells = protocol_cells(frame, defaults)
     if cells.empty:
         return pd.DataFrame()
-    choice = noise_aware(cells, choose(cells))
+    return _table(cells, noise_aware(cells, choose(cells)))
+
+
+def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
+    """`protocol_table` from the protocol's cells and their (noise-aware) choice."""
     wide = cells.pivot_table(index=["model", "gamma"], columns=["role", "dataset"], values="speedup", aggfunc="mean")
     rows = []
     for r in choice.itertuples():
@@ -167,7 +171,10 @@ def _baseline_label(cells: pd.DataFrame, model: str) -> str:
 
 def chosen_gammas(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> dict[str, tuple[int, bool]]:
     """model -> (the protocol's γ, whether it sits at the upper end of the sweep) from the records in `frame`."""
-    choice = choose(protocol_cells(frame, defaults))
+    return _chosen(choose(protocol_cells(frame, defaults)))
+
+
+def _chosen(choice: pd.DataFrame) -> dict[str, tuple[int, bool]]:
     return {r.model: (int(r.gamma), bool(r.upper_end)) for r in choice[choice["chosen"]].itertuples()}
 
 
@@ -185,13 +192,15 @@ TABLE_NAME = "gamma_protocol"
 
 def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> tuple[list[Table], list[str]]:
     """The protocol's table (and `Table` list for the writer), or its label among the missing ones."""
-    table = protocol_table(frame, defaults)
+    used = protocol_cells(frame, defaults)
+    if used.empty:
+        return [], ["γ protocol"]
+    choice = noise_aware(used, choose(used))  # the bootstrap once, for the table and the note
+    table = _table(used, choice)
     if table.empty:
         return [], ["γ protocol"]
-    used = protocol_cells(frame, defaults)
-    chosen = chosen_gammas(frame, defaults)
-    aware = noise_aware(used, choose(used))
-    aware = {r.model: int(r.gamma) for r in aware[aware["chosen_noise"]].itertuples()}
+    chosen = _chosen(choice)
+    aware = {r.model: int(r.gamma) for r in choice[choice["chosen_noise"]].itertuples()}
     said = "; ".join(
         f"{model_label(m)}: γ = {g}"
         + (" (the largest swept: extend the sweep)" if end else "")

@@ -483,29 +483,8 @@ def build(
                         shutil.copytree(sibling, tmp)
                         status = "copied"
                     else:
-                        tmp.mkdir()
                         ctx = Context(b, root, tmp, dict(dirs), dict(metrics), progress, strict)
-                        t0 = time.perf_counter()
-                        if progress:
-                            ctx.log(f"building stage {stage.name!r} ...")
-                        try:
-                            stage_metrics = stage.run(ctx)
-                        except BaseException:
-                            shutil.rmtree(tmp, ignore_errors=True)
-                            raise
-                        done = {
-                            "stage": stage.name,
-                            "key": keys[stage.name],
-                            "revision": stage.revision,
-                            "recipe": stage.recipe_of(b),
-                            "seconds": time.perf_counter() - t0,
-                            "threads": torch.get_num_threads(),
-                            "loadavg_1min_at_start": os.getloadavg()[0],
-                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                            "versions": _versions(),
-                            "metrics": stage_metrics,
-                        }
-                        (tmp / "done.json").write_text(json.dumps(done, indent=1, default=str))
+                        _run_stage(stage, ctx, {"key": keys[stage.name]}, f"building stage {stage.name!r} ...")
                         status = "built"
                     _replace_dir(tmp, final)
                     done = _read_done(final)
@@ -530,13 +509,39 @@ def build(
     return summary
 
 
+def _run_stage(stage: Stage, ctx: Context, extra: dict, message: str) -> dict:
+    """Run `stage` into `ctx.out` (created here, removed again if the stage fails) and write its done.json: `extra`
+    (its key, or what marks it), revision, recipe, seconds, threads, versions and metrics."""
+    import torch
+
+    ctx.out.mkdir()
+    if ctx.progress:
+        ctx.log(message)
+    t0 = time.perf_counter()
+    try:
+        stage_metrics = stage.run(ctx)
+    except BaseException:
+        shutil.rmtree(ctx.out, ignore_errors=True)
+        raise
+    done = {
+        "stage": stage.name,
+        **extra,
+        "revision": stage.revision,
+        "recipe": stage.recipe_of(ctx.budget),
+        "seconds": time.perf_counter() - t0,
+        "threads": torch.get_num_threads(),
+        "loadavg_1min_at_start": os.getloadavg()[0],
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": _versions(),
+        "metrics": stage_metrics,
+    }
+    (ctx.out / "done.json").write_text(json.dumps(done, indent=1, default=str))
+    return done
+
+
 def _traces_on_release(b: Budget, progress: bool) -> Path:
     """The release's routing traces, traced here once from its target and corpus (deterministic for a processor
     like every stage; about a minute on 2 cores) into ``on_release_dir``."""
-    import torch
-
-    from ecospec.tiny.predictor import traces_stage
-
     where = paths(b)
     final = where["traces"]
     if _read_done(final) is not None:
@@ -546,19 +551,9 @@ def _traces_on_release(b: Budget, progress: bool) -> Path:
             return final
         tmp = final.parent / f".traces.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         ctx = Context(b, where["root"], tmp, {n: where[n] for n in ("corpus", "target")}, {}, progress)
-        if progress:
-            ctx.log("tracing the release's routing (first use) ...")
-        t0 = time.perf_counter()
-        try:
-            metrics = traces_stage(ctx)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        done = {"stage": "traces", "on_release": True, "recipe": asdict(b.traces), "seconds": time.perf_counter() - t0,
-                "threads": torch.get_num_threads(), "versions": _versions(), "metrics": metrics}  # fmt: skip
-        (tmp / "done.json").write_text(json.dumps(done, indent=1, default=str))
+        stage = next(st for st in STAGES if st.name == "traces")
+        _run_stage(stage, ctx, {"on_release": True}, "tracing the release's routing (first use) ...")
         _replace_dir(tmp, final)
     return final
 
