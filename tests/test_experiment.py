@@ -62,7 +62,7 @@ def test_every_experiment_preset_composes(experiment):
     )  # one job per model
     for grid in grids:  # every swept value composes
         for key, values in grid.items():
-            for v in str(values).split(","):
+            for v in [values] if str(values).startswith("[") else str(values).split(","):  # a list is one value
                 _compose(f"experiment={experiment}", f"{key}={v}")
 
 
@@ -191,13 +191,17 @@ def test_grid_sweeper_runs_the_union_of_tables_once():
     jobs = sweeper.jobs([])
     keys = [tuple(sorted(j)) for j in jobs]
     assert len(keys) == len(set(keys))
-    # Tables 1 (2 x 7 x 2), 4 (2), 9 (3 x 2), 10 (2 x 2), 11-12 (2 x 7 x 6), 5 (2 x 4), 6-7 (2 x 4 x 2 batch sizes
-    # and the batch-buffer EcoSpec 4 x 2), 8 (2 x 4 batch sizes on the mix); "method=ecospec dataset=gsm8k" is listed by
-    # Tables 4 and 10 alike. (Equal cells behind different override lists, e.g. Table 1's gamma-4 cells in
-    # Table 11-12, are listed twice and skipped by their ok record the second time.)
-    # + Table 5: gto, gto_ecospec x 4; + MoE-Spec: 6 budgets x 4 and EcoSpec + MoE-Spec 3 budgets x 4
-    assert len(jobs) == 28 + 2 + 6 + 4 + 84 - 1 + 16 + 8 + 8 + 8 + 24 + 12
-    assert sum("method=oracle" in j for j in jobs) == 2
+    # Tables 1, 4 and 10 at T=0: EcoSpec with EAGLE-3, global cost and the oracle interleaved, 7 benchmarks; Table 1
+    # at T=1: EcoSpec with EAGLE-3, 7; Table 9: 3 checkpoints x 2; Tables 11-12: EcoSpec with EAGLE-3 x 7 x 6 γ;
+    # 6-7: 2 x 4 x 2 batch sizes and the batch-buffer EcoSpec 4 x 2; Table 5: GTO + EcoSpec with GTO x 4; MoE-Spec:
+    # 6 budgets x 4 and EcoSpec + MoE-Spec 3 x 4; Table 8: 2 x 4 batch sizes on the mix. (Equal cells behind
+    # different override lists, e.g. Table 1's cells at the model's γ in Tables 11-12, are listed twice and skipped
+    # by their ok record the second time.)
+    assert len(jobs) == 7 + 7 + 6 + 42 + 16 + 8 + 4 + 24 + 12 + 8
+    # the oracle runs on every benchmark the methods it is set against run on, in their job
+    oracle = [j for j in jobs if any(x.startswith("interleave=") and "oracle" in x for x in j)]
+    table1 = [j for j in jobs if "temperature=0.0" in j and "method=ecospec" in j and len(j) == 4]
+    assert len(oracle) == 7 and oracle == table1
     narrowed = sweeper.jobs(["dataset=humaneval"])  # a command-line override applies to every grid
     assert all("dataset=humaneval" in j for j in narrowed) and len(narrowed) < len(jobs)
 
@@ -646,3 +650,70 @@ def test_demo_sets_ecospec_beside_the_baseline_and_ar_and_keeps_its_record(tmp_p
     assert any(" % [" in ln and "against it on this CPU (CPU time, 95 % interval)" in ln for ln in lines)
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "(existing record)" in second.stdout
+
+
+# ------------------------------------------------------------------------------------- interleaved methods
+
+
+def test_interleaved_methods_write_their_own_cells_measured_in_one_run(cell, tmp_path):
+    """interleave=[eagle3,oracle] beside ecospec: one job decodes each prompt with the three methods and AR in turn;
+    each method's record sits where its own cell's would (same id), holds what that cell would hold (α, E, tokens
+    as a cell run alone), and shares the run id by which the reports pair them. A rerun keeps them; force reruns."""
+    cfg, cell_dir = cell("method=ecospec", "interleave=[eagle3,oracle]", "num_prompts=3")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    run = rec["summary"]["intervals"]["run"]
+    assert rec["interleaved"] == {"run": run, "methods": ["ecospec", "eagle3", "oracle"], "kept": []}
+    alone_root = tmp_path / "alone"
+    for name in ("eagle3", "oracle"):
+        other, other_dir = cell(f"method={name}", "num_prompts=3")
+        got = json.loads((other_dir / RESULT).read_text())
+        assert got["cell_id"] == cell_id(other) and got["config"]["method"]["name"] == name
+        s = got["summary"]
+        assert s["intervals"]["run"] == run and s["intervals"]["pairing"] == "paired" and s["matches_ar"] == 1.0
+        assert got["interleaved"]["in"] == rec["cell"]
+        assert got["ar_prompts"] == rec["ar_prompts"]  # one AR for the group
+        solo_cfg = _compose(*FAST, f"out_dir={alone_root}", f"method={name}", "num_prompts=3")
+        solo = run_cell(solo_cfg, alone_root / "exp" / cell_name(solo_cfg))["summary"]
+        for key in ("alpha", "experts_per_layer", "tokens", "steps"):
+            assert s[key] == solo[key], (name, key)
+        assert "run" not in solo["intervals"]  # a cell run alone belongs to no group
+    # the tables pair them: Table 1's ratio row (EcoSpec against EAGLE-3) is paired, its estimate the ratio of the
+    # two rows' speedups, with an interval around it; every speedup carries its own interval
+    from ecospec.report.records import load_records
+    from ecospec.report.tables import table01_main, table10_oracle
+
+    t1 = table01_main(load_records([str(tmp_path / "exp")]).frame)
+    eco, eagle, vs = (t1[t1["Method"] == m].iloc[0] for m in ("EcoSpec", "EAGLE-3", "EcoSpec vs EAGLE-3"))
+    col = next(c for c in t1.columns if c.endswith(" speedup") and not c.startswith("Avg"))
+    assert vs["Source"] == "ratio" and vs["Pairing"] == "paired"
+    assert vs[col] == pytest.approx(eco[col] / eagle[col])
+    assert vs[f"{col}_lo"] <= vs[col] <= vs[f"{col}_hi"] and eco[f"{col}_lo"] <= eco[col] <= eco[f"{col}_hi"]
+    t10 = table10_oracle(load_records([str(tmp_path / "exp")]).frame)
+    assert t10.loc[t10["Source"] == "ratio", "Pairing"].tolist() == ["paired"]
+    assert run_cell(cfg, cell_dir).get("skipped")
+    (cell_dir / RESULT).unlink()  # the main cell again, its companions' records standing: they are kept
+    again = run_cell(cfg, cell_dir)
+    assert again["interleaved"]["kept"] == ["eagle3", "oracle"] and "run" not in again["summary"]["intervals"]
+    forced = run_cell(_compose(*FAST, f"out_dir={cfg.out_dir}", "method=ecospec", "interleave=[eagle3,oracle]",
+                               "num_prompts=3", "force=true"), cell_dir)  # fmt: skip
+    other, other_dir = cell("method=eagle3", "num_prompts=3")
+    assert json.loads((other_dir / RESULT).read_text())["summary"]["intervals"]["run"] == forced["interleaved"]["run"]
+    assert forced["interleaved"]["run"] != run
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("interleave=[ar]", "interleave: AR is decoded beside every method already"),
+        ("interleave=[ecospec]", "interleave=ecospec: each method once, not the cell's own (ecospec)"),
+        ("interleave=[nope]", "interleave: unknown method 'nope'"),
+        ("interleave=[eagle3]+batch_size=2", "interleave=eagle3: batch_size 1 only"),
+        ("interleave=[mtp]", "method=mtp needs a mtp drafter"),
+    ],
+)
+def test_interleave_refuses_what_it_cannot_do_in_one_line(override, message):
+    cfg = _compose("model=tiny_random", "method=ecospec", *override.split("+"))
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)

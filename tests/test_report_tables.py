@@ -99,11 +99,14 @@ def test_table_shapes(frame, defaults):
     t1 = table01_main(frame, defaults)
     # 4 models x T 0/1 x (baseline, EcoSpec) ours rows; paper rows for the 3 paper models
     assert (t1["Source"] == "ours").sum() == 16 and (t1["Source"] == "paper").sum() == 12
-    assert list(t1.columns) == ["Model", "T", "Method", "Source"] + [
+    # one ratio row per model and T: EcoSpec against the baseline; these records hold no per-prompt rows
+    ratios = t1[t1["Source"] == "ratio"]
+    assert len(ratios) == 8 and set(ratios["Pairing"]) == {"no interval (records without per-prompt rows)"}
+    assert list(t1.columns) == ["Model", "T", "Method", "Source", "Benchmarks", "Pairing"] + [
         f"{b} {m}" for b in BENCH for m in ("speedup", "alpha", "E")
-    ]
+    ]  # no bound columns: no record has an interval
     assert list(t1["Method"].iloc[:4]) == ["EAGLE-3", "EAGLE-3", "EcoSpec", "EcoSpec"]
-    assert set(t1.loc[t1["Model"] == "DeepSeek-V3.1", "Method"]) == {"MTP", "EcoSpec"}
+    assert set(t1.loc[t1["Model"] == "DeepSeek-V3.1", "Method"]) == {"MTP", "EcoSpec", "EcoSpec vs MTP"}
     t3 = table03_latency(frame, defaults)
     assert (t3["Source"] == "ours").sum() == 12 and (t3["Source"] == "paper").sum() == 9
     t11 = table11_12_gamma(frame, defaults)
@@ -184,7 +187,8 @@ def test_average_is_the_mean_over_the_benchmarks_present(recs):
     assert row["GSM8K speedup"] == 1.0
     assert row["Avg speedup"] == pytest.approx(1.5)  # (1.0 + 2.0 + 1.5) / 3
     assert row["Avg alpha"] == pytest.approx(2.5) and row["Avg E"] == pytest.approx(15.0)
-    assert list(t1.columns[4:]) == [f"{b} {m}" for b in ("GSM8K", "HumanEval", "MT-Bench", "Avg")
+    assert list(t1["Benchmarks"]) == ["GSM8K, HumanEval, MT-Bench"]  # what the Avg averages
+    assert list(t1.columns[5:]) == [f"{b} {m}" for b in ("GSM8K", "HumanEval", "MT-Bench", "Avg")
                                     for m in ("speedup", "alpha", "E")]  # fmt: skip
     assert (t1["Source"] == "paper").sum() == 0  # the tiny model is not in the paper
 
@@ -195,7 +199,7 @@ def test_missing_cells_show_a_dash(recs):
     shown = display(_table(t1, "t1"))
     ours, paper = shown.iloc[0], shown.iloc[1]
     assert list(shown["Source"]) == ["ours", "paper"]
-    assert list(shown.columns) == ["Model", "T", "Method", "Source", "GSM8K", "MT-Bench", "Avg"]
+    assert list(shown.columns) == ["Model", "T", "Method", "Source", "Benchmarks", "GSM8K", "MT-Bench", "Avg"]
     assert ours["MT-Bench"] == "— / — / —"  # the paper states MT-Bench; we have no record for it
     assert paper["MT-Bench"] == "1.62× / — / —" and paper["GSM8K"] == "— / — / —"
     assert paper["Avg"] == "1.36× / — / 20.5"
@@ -324,3 +328,11 @@ def test_captions_name_the_clock_the_records_divided_by(frame):
     assert "the decoding thread's CPU time" in _clock(cpu) and "wall" not in _clock(cpu)
     cpu.iloc[0, cpu.columns.get_loc("clock")] = "wall"
     assert "CPU wall clock and the decoding thread's CPU time" in _clock(cpu)
+
+
+def test_ratio_cells_print_as_changes_marked_within_noise():
+    from ecospec.report.compare import change
+
+    assert change(1.04, 0.98, 1.09) == "+4 % [\u22122, +9] ≈"  # the interval holds no change: within noise
+    assert change(0.9, 0.85, 0.95) == "\u221210 % [\u221215, \u22125]"
+    assert change(1.04) == "+4 %"  # a record without per-prompt rows: the point ratio alone

@@ -405,3 +405,14 @@ def test_sorted_experts_kernel_is_the_eager_loop_and_deterministic_on_two_thread
             torch.set_num_threads(old)
 
     assert all(torch.equal(p, q) for p, q in zip(train(2), train(2), strict=True))
+
+
+def test_seed_budgets_are_the_full_recipe_with_every_seed_moved():
+    """The across-builds study's builds (benchmarks/across_builds.py): the full recipe, each stage's seed moved, so
+    another draw of the same weights; never the release."""
+    full, one = tiny_build.BUDGETS["full"], tiny_build.BUDGETS["full-seed1"]
+    for stage in ("target", "drafter", "traces", "predictor"):
+        assert getattr(one, stage).seed == getattr(full, stage).seed + 1000, stage
+        assert replace(getattr(one, stage), seed=getattr(full, stage).seed) == getattr(full, stage), stage
+    assert one.corpus == full.corpus and one.evaluate == full.evaluate
+    assert tiny_build.source("full-seed1") == "cache" and tiny_build.source("full") == "release"

@@ -18,9 +18,12 @@ from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import Components, load_components
+from ecospec.experiment.config import job_name
 from ecospec.experiment.hf_peer import hf_generate
+from ecospec.experiment.interleave import companion
+from ecospec.experiment.interleave import methods as interleave_methods
 from ecospec.experiment.intervals import cell_intervals
-from ecospec.experiment.job import run_job
+from ecospec.experiment.job import finish_record, kept, record_head, run_job
 from ecospec.experiment.metrics import (
     batch_row,
     expert_load,
@@ -83,18 +86,23 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
     return rows
 
 
-def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
-    """(the method's rows, AR's rows or None): every prompt with the cell's method and, when `interleave_ar`, with
-    AR right after it (so a machine that slows down slows both alike: the speedup is a ratio of one run)."""
-    method = cfg["method"]
-    trace_left = 0 if method["name"] == "ar" else int(cfg.get("trace_steps") or 0)  # over the whole cell
-    rows, ar_rows = [], [] if interleave_ar else None
-    name = method["name"] + (" + ar" if interleave_ar else "")
+def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool,
+                    others: tuple = ()) -> tuple[dict[str, list[dict]], list[dict] | None]:  # fmt: skip
+    """({method name: its rows}, AR's rows or None): every prompt with the cell's method, then each of `others`
+    ((method, components) of `experiment.interleave`), then, when `interleave_ar`, AR (so a machine that slows
+    down slows them all alike: every speedup and every method-against-method ratio is a ratio of one run)."""
+    runs = [(cfg["method"], comp), *others]
+    # the verify passes whose routes each method may still keep, over the whole cell
+    trace_left = {m["name"]: 0 if m["name"] == "ar" else int(cfg.get("trace_steps") or 0) for m, _ in runs}
+    rows: dict[str, list[dict]] = {m["name"]: [] for m, _ in runs}
+    ar_rows = [] if interleave_ar else None
+    name = " + ".join(m["name"] for m, _ in runs) + (" + ar" if interleave_ar else "")
     bar = tqdm(prompts, desc=f"{name} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
     for p in bar:
-        new = _decode_prompt(comp, p, cfg, progress, method, trace_left)
-        trace_left -= sum(len(r.get("trace", ())) for r in new)
-        rows += new
+        for method, c in runs:
+            new = _decode_prompt(c, p, cfg, progress, method, trace_left[method["name"]])
+            trace_left[method["name"]] -= sum(len(r.get("trace", ())) for r in new)
+            rows[method["name"]] += new
         if interleave_ar:
             ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
     return rows, ar_rows
@@ -303,14 +311,53 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
     interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
+    others = _companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
     if d["batch_size"] > 1:
         rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
     else:
-        (rows, ar_rows), batches, ar_batches = _decode_prompts(comp, prompts, d, progress, interleave), None, None
+        by_method, ar_rows = _decode_prompts(comp, prompts, d, progress, interleave, [(o[0]["method"], o[1])
+                                                                                      for o in others])  # fmt: skip
+        rows, batches, ar_batches = by_method[d["method"]["name"]], None, None
     is_ar = d["method"]["name"] == "ar"
     own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
     ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches, clock)
     pairing = "paired" if own is not None else ("weakly paired" if ar.get("timing") else "none")
+    _fill(record, comp, d, rows, batches, ar, clock, why, pairing)
+    kept_names = record.pop("_kept", [])
+    if kept_names:
+        record["interleaved"] = {"run": None, "methods": [d["method"]["name"]], "kept": kept_names}
+    if others:  # one run id for the group: its method-against-method ratios are paired (report.compare)
+        run = digest({"cell": record["cell_id"], "started": record["started"]}, 16)
+        group = [d["method"]["name"], *(o[0]["method"]["name"] for o in others)]
+        record["summary"]["intervals"]["run"] = run
+        record["interleaved"] = {"run": run, "methods": group, "kept": kept_names}
+        for cd, ccomp, cdir in others:
+            rec = {**record_head(cd), "env": record["env"], "data_source": record["data_source"]}
+            _fill(rec, ccomp, cd, by_method[cd["method"]["name"]], None, ar, clock, why, pairing)
+            rec["summary"]["intervals"]["run"] = run
+            rec["interleaved"] = {**record["interleaved"], "in": record["cell"]}
+            rec.update(status="ok", finished=now())
+            cdir.mkdir(parents=True, exist_ok=True)
+            finish_record(cdir, cd, rec)
+    progress.clear()
+
+
+def _companions(d: dict, cell_dir: Path, device: torch.device, comp: Components, record: dict) -> list[tuple]:
+    """(config, components, cell directory) of each `interleave` method to decode beside the cell's own, sharing
+    its target; a listed method whose ok record stands is kept, not rerun (`record["_kept"]` names them)."""
+    out = []
+    for name in interleave_methods(d):
+        cd = companion(d, name)
+        cdir = cell_dir.parent / job_name(cd)
+        if kept(cdir, cd) is not None:
+            record.setdefault("_kept", []).append(name)
+            continue
+        out.append((cd, load_components(cd, device, loaded=comp), cdir))
+    return out
+
+
+def _fill(record: dict, comp: Components, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
+    """A cell record's summary and per-prompt parts from its rows and its AR."""
     record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"], clock, pairing)
     if why:
         record["summary"]["clock_note"] = why
@@ -321,7 +368,6 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     record["expert_load"] = expert_load(rows)
     if d.get("trace_steps"):
         record["trace"] = step_traces(rows)
-    progress.clear()
 
 
 def run_cell(cfg, cell_dir: str | Path) -> dict:

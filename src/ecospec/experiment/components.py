@@ -237,10 +237,14 @@ def _predictor(model: dict, target) -> tuple[Any, float | None]:
     return pred.eval(), info.get("heldout_topk_accuracy")
 
 
-def load_components(cfg: dict, device: torch.device) -> Components:
-    """Everything a cell needs, on `device` (or spread by the model's device_map)."""
+def load_components(cfg: dict, device: torch.device, loaded: Components | None = None) -> Components:
+    """Everything a cell needs, on `device` (or spread by the model's device_map); `loaded`: components whose
+    target and tokenizer to share (another method of the same job: `experiment.interleave`)."""
     model, method = cfg["model"], cfg["method"]
-    target, tokenizer = load_target_and_tokenizer(model, device)
+    if loaded is not None:
+        target, tokenizer = loaded.target, loaded.tokenizer
+    else:
+        target, tokenizer = load_target_and_tokenizer(model, device)
     drafter = _drafter(drafter_kind(cfg), model, target)
     predictor, accuracy = None, None
     if method.get("predictor") == "learned":

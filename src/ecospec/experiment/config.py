@@ -545,6 +545,10 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
 
     kind = drafter_kind(d)
     drafters = model.get("drafters") or {}
+    if d.get("interleave"):
+        from ecospec.experiment.interleave import validate_interleave
+
+        validate_interleave(d)
     if _validate_backend(d, kind):
         return  # a vLLM cell: the rest is the HF engine's
     if kind is None:

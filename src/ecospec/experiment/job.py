@@ -19,7 +19,7 @@ from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_d
 from ecospec.parallel import env_rank, env_world, init_group, world
 
 RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ar_peer", "ranks",
-            "clock")  # fmt: skip
+            "clock", "interleave")  # fmt: skip
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]
@@ -59,30 +59,16 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     outside its directory (`made(d)`: e.g. traces in the store) is gone."""
     d = as_dict(cfg)
     job_dir = Path(job_dir)
-    jid = job_id(d)
     kind = job_kind(d)
-    weights = _weights(d) if kind in ("cell", "demo") else None
-    if is_done(job_dir, jid) and not d.get("force") and (made is None or made(d)):
-        rec = read_record(job_dir / RESULT)
-        if weights is None or (rec.get("env") or {}).get("tiny") == weights:
-            rec["skipped"] = True
-            return rec
-        _set_aside(job_dir, rec, weights)
+    rec = kept(job_dir, d, made)
+    if rec is not None:
+        rec["skipped"] = True
+        return rec
     ranks = wants_ranks(d) if kind != "predictor" else 1  # the predictor job never loads the target
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
-    record = {
-        "schema": SCHEMA,
-        "kind": kind,
-        "cell_id": jid,
-        "cell": job_name(d),
-        "experiment": d.get("name"),
-        "status": "running",
-        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
-        "started": now(),
-    }
-    if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
-        record["config"]["model"]["gamma"] = d["model"]["gamma"]  # tables hold each model at it (report.tables)
+    record = record_head(d)
+    weights = _weights(d) if kind in ("cell", "demo") else None
     t0 = time.perf_counter()
     try:
         validate_job(d)
@@ -110,12 +96,48 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
         leave_group()
     if ranks > 1 and env_rank() != 0:  # rank 0 alone writes the record and the W&B run
         return record
+    finish_record(job_dir, d, record)
+    return record
+
+
+def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> dict | None:
+    """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
+    still there, made with the embedded-default weights in use; one made with others is set aside), else None."""
+    weights = _weights(d) if job_kind(d) in ("cell", "demo") else None
+    if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
+        return None
+    rec = read_record(job_dir / RESULT)
+    if weights is None or (rec.get("env") or {}).get("tiny") == weights:
+        return rec
+    _set_aside(job_dir, rec, weights)
+    return None
+
+
+def record_head(d: dict) -> dict:
+    """A new record of job `d`: what identifies it, its config and start time (status running)."""
+    kind = job_kind(d)
+    record = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "cell_id": job_id(d),
+        "cell": job_name(d),
+        "experiment": d.get("name"),
+        "status": "running",
+        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
+        "started": now(),
+    }
+    if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
+        record["config"]["model"]["gamma"] = d["model"]["gamma"]  # tables hold each model at it (report.tables)
+    return record
+
+
+def finish_record(job_dir: Path, d: dict, record: dict) -> None:
+    """Write the record (`write_record`) and, for a cell with a logger, its W&B run."""
     write_record(job_dir, record)
-    if kind == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
+    if job_kind(d) == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
         log_cell(record, d["logger"], job_dir)
-    return record
 
 
 def _weights(d: dict) -> dict | None:

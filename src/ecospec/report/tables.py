@@ -39,7 +39,9 @@ LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ"
           "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
 # a table frame's row-label columns (with those of the overlap paper's tables, report/routing.py); the others hold
 # values
-LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Budget", "Dataset", "Depth", "Layer"}
+LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Budget", "Dataset", "Depth", "Layer", "Pairing",
+                 "Benchmarks"}  # fmt: skip
+GROUP = ("model", "temperature")  # rows set side by side: a model at one T (their averages take the same benchmarks)
 
 
 def model_label(name: str) -> str:
@@ -160,6 +162,25 @@ def _at(df: pd.DataFrame, mix: bool = False, **settings) -> pd.DataFrame:
 # -- the table layout -----------------------------------------------------------------------------------------
 
 
+def common_benchmarks(cells: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
+    """`cells` on the benchmarks every row of its model (and T) has, with `_benchmarks` naming them: rows set side
+    by side that average benchmarks average the same ones."""
+    if "Dataset" not in cells or cells.empty:
+        return cells.assign(_benchmarks=None)
+    group = [r for r in rows if r in GROUP] or ["model"]
+    keep, names = [], {}
+    for key, g in cells.groupby(group, sort=False, dropna=False):
+        sets = [set(h["Dataset"]) for _, h in g.groupby(rows, sort=False, dropna=False)]
+        common = set.intersection(*sets)
+        key = key if isinstance(key, tuple) else (key,)
+        names[key] = ", ".join(d for d in dict.fromkeys(g["Dataset"]) if d in common)
+        keep.append(g[g["Dataset"].isin(common)])
+    out = pd.concat(keep) if keep else cells.iloc[:0]
+    out = out.loc[[i for i in cells.index if i in out.index]]
+    bench = [names[tuple(k)] for k in out[group].itertuples(index=False, name=None)]
+    return out.assign(_benchmarks=bench)
+
+
 def _assemble(
     cells: pd.DataFrame,
     rows: list[str],
@@ -177,6 +198,10 @@ def _assemble(
     in the row. Then a `paper` row under each row the paper has values for: `paper` is long (`on` columns + col,
     metric, value) and is matched to the rows on `on`. Columns with no value at all are dropped."""
     index = cells.drop_duplicates(rows).set_index(rows).index
+    bench = None
+    if col is None and "Dataset" in cells:  # a mean over benchmarks: the ones every row beside it has, named
+        cells = common_benchmarks(cells, rows)
+        bench = cells.groupby(rows, sort=False)["_benchmarks"].first()
     g = cells.groupby(rows, sort=False)
     ours = g[list(first)].mean() if first else pd.DataFrame(index=index)
     if col is None:
@@ -189,9 +214,13 @@ def _assemble(
         for x in present:
             for m in metrics:
                 ours[f"{x} {m}"] = wide[(m, x)]
-        if avg:
+        if avg:  # over the benchmarks every row of its model and T has
+            shared = common_benchmarks(cells, rows) if col == "Dataset" else cells.assign(_benchmarks=None)
+            if col == "Dataset":
+                bench = shared.groupby(rows, sort=False)["_benchmarks"].first()
+            mean = shared.groupby(rows, sort=False)[metrics].mean()
             for m in metrics:
-                ours[f"Avg {m}"] = ours[[f"{x} {m}" for x in present]].mean(axis=1)
+                ours[f"Avg {m}"] = mean[m].reindex(ours.index)
             order.append("Avg")
     ours = ours.reindex(index)
     pw = None
@@ -228,7 +257,88 @@ def _assemble(
         out["model"] = out["model"].map(model_label)
     out = out.rename(columns=LABELS)
     label_cols = [LABELS.get(r, r) for r in rows] + ["Source"]
+    if bench is not None:  # which benchmarks each of our rows averages (paper rows: the paper's own; Avg columns)
+        out["Benchmarks"] = pd.Series(np.nan, index=out.index, dtype=object)
+        mine = (out["Source"] == "ours").to_numpy()
+        out.loc[mine, "Benchmarks"] = bench.reindex(index).to_numpy()
+        label_cols.append("Benchmarks")
     return out[label_cols + [c for c in out.columns if c not in label_cols]].reset_index(drop=True)
+
+
+def with_intervals(
+    table: pd.DataFrame, cells: pd.DataFrame, rows: list[str], metrics: list[str], avg: bool,
+    versus: tuple[tuple[str, str], ...] = (),
+) -> pd.DataFrame:  # fmt: skip
+    """An `_assemble` table (one column group per Dataset) with each of our rows' speedups bounded by their 95 %
+    interval ("<group> speedup_lo" / "_hi"; Avg: the bootstrap of the mean over the row's benchmarks) and, per
+    model and T (and the other row keys but the method), a ratio row for each (a, b) pair of roles in `versus`:
+    a's estimate over b's on the prompts both decoded, per benchmark and for the Avg, with a paired bootstrap
+    interval on each metric that has per-prompt columns (`report.compare`), Source "ratio", Pairing said."""
+    from ecospec.report.compare import NO_INTERVAL, STAT, mean_interval, pairing, ratio_interval
+
+    if table.empty or "intervals" not in cells:
+        return table
+    out = table.copy()
+    shared = common_benchmarks(cells, rows) if avg else cells
+    ours = out.index[out["Source"] == "ours"]
+    bounds: dict[str, list] = {}
+    if "speedup" in metrics:
+        for i, (key, g) in zip(ours, cells.groupby(rows, sort=False, dropna=False), strict=True):
+            parts = [(d, h.iloc[-1]) for d, h in g.groupby("Dataset", sort=False)]
+            common = shared[shared[rows].apply(tuple, axis=1) == (key if isinstance(key, tuple) else (key,))]
+            if avg and len(common):
+                parts.append(("Avg", [h.iloc[-1] for _, h in common.groupby("Dataset", sort=False)]))
+            for d, c in parts:
+                iv = mean_interval(c if isinstance(c, list) else [c], "speedup")
+                lo, hi = iv if iv else (np.nan, np.nan)
+                bounds.setdefault(f"{d} speedup_lo", [np.nan] * len(out))[i] = lo
+                bounds.setdefault(f"{d} speedup_hi", [np.nan] * len(out))[i] = hi
+    extra = []
+    within = [r for r in rows if r != "label"]
+    for key, g in cells.groupby(within, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for a_role, b_role in versus:
+            a, b = g[g["role"] == a_role], g[g["role"] == b_role]
+            datasets = [d for d in dict.fromkeys(a["Dataset"]) if d in set(b["Dataset"])]
+            if not datasets:
+                continue
+            pairs = [(a[a["Dataset"] == d].iloc[-1], b[b["Dataset"] == d].iloc[-1]) for d in datasets]
+            row = {LABELS.get(r, r): (model_label(v) if r == "model" else v) for r, v in zip(within, key, strict=True)}
+            row.update({"Method": f"{a['label'].iloc[0]} vs {b['label'].iloc[0]}", "Source": "ratio"})
+            if "Benchmarks" in out:
+                row["Benchmarks"] = ", ".join(datasets)
+            found = False
+            groups = [(d, [p]) for d, p in zip(datasets, pairs, strict=True)] + ([("Avg", pairs)] if avg else [])
+            for m in (m for m in metrics if m in STAT):
+                for d, ps in groups:
+                    iv = ratio_interval(ps, m)
+                    found |= iv is not None
+                    if iv is None:  # the point ratio of the cells' own values (no interval)
+                        est = np.mean([x[m] for x, _ in ps]) / np.mean([y[m] for _, y in ps])
+                        iv = {"estimate": est, "low": np.nan, "high": np.nan}
+                    row[f"{d} {m}"], row[f"{d} {m}_lo"], row[f"{d} {m}_hi"] = iv["estimate"], iv["low"], iv["high"]
+            row["Pairing"] = pairing(pairs) if found else NO_INTERVAL
+            extra.append((key, row))
+    for col, values in bounds.items():
+        out[col] = values
+    if extra:
+        keys = [LABELS.get(r, r) for r in within]
+        placed = []
+        for key, row in extra:  # after the last row of its group (its methods and the paper's)
+            k = tuple(model_label(v) if r == "model" else v for r, v in zip(within, key, strict=True))
+            mask = out[keys].apply(tuple, axis=1) == k
+            placed.append((out.index[mask].max() if mask.any() else out.index.max(), row))
+        pieces = []
+        for i in out.index:
+            pieces.append(out.loc[[i]])
+            pieces += [pd.DataFrame([row]) for at, row in placed if at == i]
+        out = pd.concat(pieces, ignore_index=True)
+    out = out.drop(columns=[c for c in out.columns if c.endswith(("_lo", "_hi")) and out[c].isna().all()])
+    values = [c for c in out.columns if c not in LABEL_COLUMNS]
+    base = [c for c in values if not c.endswith(("_lo", "_hi"))]
+    ordered = [x for c in base for x in (c, f"{c}_lo", f"{c}_hi") if x in out.columns]
+    labels = [c for c in out.columns if c in LABEL_COLUMNS]
+    return out[labels + ordered]
 
 
 def _paper(table: int, col: Callable[[pd.DataFrame], pd.Series] | None = None) -> pd.DataFrame:
@@ -265,7 +375,8 @@ def cells01(frame, defaults=None) -> pd.DataFrame:
 def table01_main(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 1: speedup / α / E per model × T × method (baseline, EcoSpec) × benchmark, and their average."""
     cells = cells01(frame, defaults)
-    return _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, _paper(1, _dataset_col), PAPER_KEYS)
+    table = _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, _paper(1, _dataset_col), PAPER_KEYS)
+    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, True, (("ecospec", "baseline"),))
 
 
 def _greedy(frame, defaults=None) -> pd.DataFrame:
@@ -312,7 +423,8 @@ def cells04(frame, defaults=None) -> pd.DataFrame:
 def table04_ablation(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 4: the static global-cost variant vs EcoSpec's marginal cost: speedup / α / E per benchmark."""
     cells = cells04(frame, defaults)
-    return _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, _paper(4, _dataset_col), PAPER_KEYS)
+    table = _assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, _paper(4, _dataset_col), PAPER_KEYS)
+    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, False, (("ecospec", "global_cost"),))
 
 
 def cells05(frame, defaults=None) -> pd.DataFrame:
@@ -427,7 +539,8 @@ def table10_oracle(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 10: EcoSpec's rule with oracle expert sets vs the learned predictor: α / T_verify / E."""
     cells = cells10(frame, defaults)
     metrics = ["alpha", "t_verify_s", "E"]
-    return _assemble(cells, ROW_KEYS, metrics, "Dataset", BENCHMARKS, False, _paper(10, _dataset_col), PAPER_KEYS)
+    table = _assemble(cells, ROW_KEYS, metrics, "Dataset", BENCHMARKS, False, _paper(10, _dataset_col), PAPER_KEYS)
+    return with_intervals(table, cells, ROW_KEYS, metrics, False, (("oracle", "ecospec"),))
 
 
 def cells11(frame, defaults=None) -> pd.DataFrame:
@@ -441,7 +554,8 @@ def table11_12_gamma(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     )
     paper = pd.concat([_paper(11, _dataset_col), _paper(12, _dataset_col)], ignore_index=True)
     rows = [*ROW_KEYS, "gamma"]
-    return _assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, paper, [*PAPER_KEYS, "gamma"])
+    table = _assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, paper, [*PAPER_KEYS, "gamma"])
+    return with_intervals(table, cells, rows, SPD_ALPHA_E, True, (("ecospec", "baseline"),))
 
 
 def cells13(frame, defaults=None) -> pd.DataFrame:
@@ -521,7 +635,9 @@ def modeled(
     bandwidth with the per-pass overhead fitted from that GPU's records or 0)."""
     cells = cells_modeled(frame, defaults)
     cells = cells[cells["model"].isin(list(costs)) & cells["alpha"].gt(0) & cells["E"].notna()]
-    agg = cells.groupby(ROW_KEYS, sort=False)[["alpha", "E"]].mean().reset_index()
+    cells = common_benchmarks(cells, ROW_KEYS)  # rows side by side average the same benchmarks, named
+    agg = cells.groupby(ROW_KEYS, sort=False).agg(alpha=("alpha", "mean"), E=("E", "mean"),
+                                                  Benchmarks=("_benchmarks", "first")).reset_index()  # fmt: skip
     for hw in HARDWARE:
         res = [_modeled_step(costs, m, a, e, hw, overheads, profiles) for m, a, e in
                zip(agg["model"], agg["alpha"], agg["E"], strict=True)]  # fmt: skip
@@ -580,7 +696,9 @@ def table_moespec(
     rows = ["model", "temperature", "label", "Budget"]
     metrics = ["speedup", "alpha", "E", *dict.fromkeys(MOESPEC_QUALITY[0] + MOESPEC_QUALITY[1])]
     metrics = [m for m in metrics if m in cells and cells[m].notna().any()]
+    cells = common_benchmarks(cells, rows)
     agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
+    agg.insert(len(rows), "Benchmarks", cells.groupby(rows, sort=False)["_benchmarks"].first().to_numpy())
     for hw in HARDWARE if costs else ():
         agg[f"modeled {hw} speedup"] = [
             _modeled_step(costs, m, a, e, hw, overheads, profiles)["speedup"]
@@ -609,6 +727,14 @@ class Table:
     used: pd.DataFrame  # the records behind the cells
 
 
+RATIO_NOTE = (
+    " Ratio rows (Source ratio): the first method against the second on the prompts both decoded, a / b − 1 per "
+    "metric with its 95 % paired-bootstrap interval over prompts (report/compare.py); ≈: within noise (the interval "
+    "holds no change); Pairing: paired = decoded in one run, prompt by prompt (interleave=...), weakly paired = the "
+    "same prompts in different jobs; records without per-prompt rows: no interval (said in Pairing)."
+)
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -623,22 +749,24 @@ class Spec:
 
 SPECS = [
     Spec("table01_main", "Table 1", "Main results: speedup / α / E per model, benchmark and temperature",
-         "Each cell: speedup vs AR / α (tokens per step) / E (unique experts per MoE layer per verify pass); Avg = "
-         "mean over the benchmarks present in the row; baseline = the model's own drafter with confidence selection.",
-         cells01, table01_main, combine=True),
+         "Each cell: speedup vs AR [95 % interval] / α (tokens per step) / E (unique experts per MoE layer per verify "
+         "pass); Avg = mean over the benchmarks every row of its model and T has (Benchmarks); baseline = the model's "
+         "own drafter with confidence selection." + RATIO_NOTE, cells01, table01_main, combine=True),
     Spec("table02_hbm", "Table 2", "Estimated HBM bytes read per verify pass",
          "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, `analysis.cost.verify_hbm_bytes`), "
-         "T=0, mean over the benchmarks present. GPT-OSS: the paper counts every weight at 4 bits, we count the "
+         "T=0, mean over the benchmarks named (the same for every row of a model). GPT-OSS: the paper counts every "
+         "weight at 4 bits, we count the "
          "checkpoint's formats (bf16 attention and lm_head; see analysis/cost.py).", cells02, table02_hbm,
          timed=False),
     Spec("table03_latency", "Table 3", "Latency breakdown per SD step",
          "Seconds per step (AR: per token) of predictor, drafting, verification and the whole step, E, α and "
-         "speedup vs AR; T=0, mean over the benchmarks present. The cost regime: T_draft / T_AR (AR's time per "
+         "speedup vs AR; T=0, mean over the benchmarks named (the same for every row of a model). The cost regime: "
+         "T_draft / T_AR (AR's time per "
          "token) and T_pred / T_verify (the paper: one-layer head vs 94 target layers; predictor ~0.5 %).",
          cells03, table03_latency),
     Spec("table04_ablation", "Table 4", "Ablation: static global cost vs EcoSpec's marginal cost",
-         "Each cell: speedup / α / E, on the benchmarks that have a global-cost record.", cells04, table04_ablation,
-         combine=True),
+         "Each cell: speedup [95 % interval] / α / E, on the benchmarks that have a global-cost record." + RATIO_NOTE,
+         cells04, table04_ablation, combine=True),
     Spec("table05_drafters", "Table 5", "GTO-trained heads alone and with EcoSpec",
          "Each cell: speedup / α; GTO = the model's EAGLE-3 head trained further with Group Tree Optimization "
          "(drafters/gto_train.py), with confidence selection and with EcoSpec, beside the model's own EAGLE-3 and "
@@ -658,10 +786,10 @@ SPECS = [
          "checkpoint.", cells09, table09_predictor, combine=True),
     Spec("table10_oracle", "Table 10", "Oracle expert sets vs the learned predictor",
          "Each cell: α / T_verify (s) / E under EcoSpec's selection rule; the oracle's router look-ups are not "
-         "timed.", cells10, table10_oracle, combine=True),
+         "timed; on the benchmarks that have an oracle record." + RATIO_NOTE, cells10, table10_oracle, combine=True),
     Spec("table11_12_gamma", "Tables 11-12", "Verification budget γ",
-         "Each cell: speedup / α / E; Avg = mean over the benchmarks present; models with more than one γ.",
-         cells11, table11_12_gamma, combine=True),
+         "Each cell: speedup [95 % interval] / α / E; Avg = mean over the benchmarks every row of its model and T has "
+         "(Benchmarks); models with more than one γ." + RATIO_NOTE, cells11, table11_12_gamma, combine=True),
 ]  # fmt: skip
 
 
@@ -778,7 +906,8 @@ def _modeled_note(
             parts.append(f"{hw.name}: none (no records measured on it)")
     gammas = ", ".join(f"{model_label(m)} {int(g)}" for m, g in used.groupby("model")["gamma"].first().items())
     return (
-        f"*Modeled*, not measured: α and E are the records' (mean over the benchmarks present; each model at its own "
+        f"*Modeled*, not measured: α and E are the records' (mean over the benchmarks named, the same for every row "
+        f"of a model and T; each model at its own "
         f"γ: {gammas or 'none'}; B=1), each cell "
         "is T_verify (ms) / T_step (ms) / speedup vs AR from the roofline model (`analysis.cost.modeled_step`: "
         "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; drafting, prediction and selection "

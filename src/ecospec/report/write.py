@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ecospec.report.tables import LABEL_COLUMNS, Table, sweeps
@@ -123,12 +124,32 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.tables.with_intervals)
+
+
+def _cell(df: pd.DataFrame, c: str, i: int, ratio: bool) -> str:
+    """Row i's value of column c as printed: with its interval where the table has one ("1.38× [1.21, 1.55]"); on
+    a ratio row (method against method) as a change, "+4 % [−2, +9]", ≈ where the interval holds no change."""
+    from ecospec.report.compare import change
+
+    v = df[c].iloc[i]
+    lo, hi = (df[c + b].iloc[i] if c + b in df else math.nan for b in BOUNDS)
+    bounded = not (pd.isna(v) or pd.isna(lo) or pd.isna(hi))
+    if ratio and not pd.isna(v):
+        return change(v, lo, hi) if bounded else change(v)
+    if bounded:
+        return f"{_fmt(c, v)} [{_fmt(c, lo).rstrip('×')}, {_fmt(c, hi).rstrip('×')}]"
+    return _fmt(c, v)
+
+
 def display(table: Table) -> pd.DataFrame:
-    """The table as printed: formatted text, "—" for a missing value, each group's metrics joined into one cell
-    ("a / b / c") when the table combines them, and a row label left blank where it repeats the row above."""
+    """The table as printed: formatted text, "—" for a missing value, a value's interval beside it where the table
+    has one, each group's metrics joined into one cell ("a / b / c") when the table combines them, and a row label
+    left blank where it repeats the row above."""
     df = table.frame
     labels = [c for c in df.columns if c in LABEL_COLUMNS]
-    values = [c for c in df.columns if c not in labels]
+    values = [c for c in df.columns if c not in labels and not c.endswith(BOUNDS)]
+    ratio = (df["Source"] == "ratio").to_numpy() if "Source" in df else np.zeros(len(df), dtype=bool)
     out = {c: [_label(v) for v in df[c]] for c in labels}
     keep = [c for c in labels if c != "Source"]
     same = [[i > 0 and out[c][i] == out[c][i - 1] for i in range(len(df))] for c in keep]
@@ -142,11 +163,11 @@ def display(table: Table) -> pd.DataFrame:
             groups.setdefault(c.rsplit(" ", 1)[0] if " " in c else c, []).append(c)
         for head, cols in groups.items():
             name = head if " " in cols[0] else HEADERS.get(head, head)
-            out[name] = [" / ".join(_fmt(c, df[c].iloc[i]) for c in cols) for i in range(len(df))]
+            out[name] = [" / ".join(_cell(df, c, i, ratio[i]) for c in cols) for i in range(len(df))]
     else:
         for c in values:
             head = (c.rsplit(" ", 1)[0] + " " + HEADERS.get(_metric(c), _metric(c))) if " " in c else HEADERS.get(c, c)
-            out[head] = [_fmt(c, v) for v in df[c]]
+            out[head] = [_cell(df, c, i, ratio[i]) for i in range(len(df))]
     return pd.DataFrame(out)
 
 

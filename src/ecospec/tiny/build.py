@@ -148,6 +148,24 @@ BUDGETS: dict[str, Budget] = {
 }
 
 
+def with_seed(budget: Budget, seed: int, name: str) -> Budget:
+    """`budget` with every stage's seed moved by `seed` (target init and data order, the drafter's and the
+    predictor's init and windows, the traces' windows): the same recipe, another draw of its weights."""
+    return replace(
+        budget,
+        name=name,
+        target=replace(budget.target, seed=budget.target.seed + seed),
+        drafter=replace(budget.drafter, seed=budget.drafter.seed + seed),
+        traces=replace(budget.traces, seed=budget.traces.seed + seed),
+        predictor=replace(budget.predictor, seed=budget.predictor.seed + seed),
+    )
+
+
+# the across-builds study's other draws of the full recipe (benchmarks/across_builds.py): trained into the cache
+# on first use, never released (the release is seed 0)
+BUDGETS.update({f"full-seed{k}": with_seed(BUDGETS["full"], 1000 * k, f"full-seed{k}") for k in (1, 2)})
+
+
 def get_budget(budget: str | Budget) -> Budget:
     if isinstance(budget, Budget):
         return budget
@@ -504,7 +522,7 @@ def build(
     summary["loadavg_1min_at_start"] = load0
     if progress:
         print(format_summary(summary), flush=True)
-        if b == BUDGETS["full"] and until is None:
+        if b.name.startswith("full") and until is None:
             print(compare_with_release(summary), flush=True)
     return summary
 

@@ -1,0 +1,96 @@
+"""Intervals in the tables: each cell's speedup with its 95 % interval (`experiment.intervals`), and method against
+method, the ratio of two methods' estimates on the same prompts with a paired bootstrap interval, printed
+`+4 % [−2, +9]` and marked within noise where the interval holds no change.
+
+The two cells' per-prompt columns (`summary.intervals.units`) are joined on their prompts, so every resample
+draws the same prompts for both methods and recomputes both estimates, each with its own denominator (a speedup
+with its AR). A row that averages benchmarks resamples each benchmark on its own (a stratum) and divides the two
+means, as the table's Avg. `paired`: the two cells were decoded in one run, prompt by prompt (`interleave`, the
+shared `intervals.run`); `weakly paired`: the same prompts, measured in different jobs (a machine's load between
+them is in the ratio); records from before the intervals have no per-prompt columns: no interval, said so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ecospec.analysis.bootstrap import bootstrap, ratio, speedup
+
+WIDTH = {"speedup": 6, "alpha": 2, "E": 2}  # columns per unit (analysis.bootstrap.SPEEDUP_COLUMNS; sum, count)
+STAT = {"speedup": speedup, "alpha": ratio(0, 1), "E": ratio(0, 1)}
+NO_INTERVAL = "no interval (records without per-prompt rows)"
+
+
+def units(cell: pd.Series, metric: str) -> dict[str, list[float]] | None:
+    """The cell's per-unit columns of `metric` by unit key, None for records without them."""
+    iv = cell.get("intervals")
+    u = iv.get("units") if isinstance(iv, dict) else None
+    if not u or u.get(metric) is None:
+        return None
+    return dict(zip(u["keys"], u[metric], strict=True))
+
+
+def run_of(cell: pd.Series) -> str | None:
+    iv = cell.get("intervals")
+    return iv.get("run") if isinstance(iv, dict) else None
+
+
+def _strata(pairs: Sequence[tuple[pd.Series, pd.Series | None]], metric: str) -> list[np.ndarray] | None:
+    """One stratum per benchmark: the units both cells decoded, a's columns then b's (b None: a's alone)."""
+    out = []
+    for a, b in pairs:
+        ua = units(a, metric)
+        ub = units(b, metric) if b is not None else ua
+        if ua is None or ub is None:
+            return None
+        keys = sorted(set(ua) & set(ub))
+        if len(keys) < 2:
+            return None
+        out.append(np.array([ua[k] + (ub[k] if b is not None else []) for k in keys], dtype=float))
+    return out or None
+
+
+def _mean_of(metric: str, part: int):
+    """The mean over strata of `metric` computed from the `part`-th method's columns (0: a, 1: b)."""
+    w = WIDTH[metric]
+    return lambda sums: np.mean([STAT[metric]([s[:, part * w : (part + 1) * w]]) for s in sums], axis=0)
+
+
+def mean_interval(cells: Sequence[pd.Series], metric: str, seed: int = 0) -> tuple[float, float] | None:
+    """(low, high) of the mean over `cells` (one per benchmark) of their `metric`: a row's Avg; one cell: its own
+    interval as the record holds it."""
+    if len(cells) == 1:
+        iv = (cells[0].get("intervals") or {}).get(metric) if isinstance(cells[0].get("intervals"), dict) else None
+        return (iv["low"], iv["high"]) if iv else None
+    strata = _strata([(c, None) for c in cells], metric)
+    iv = bootstrap(strata, _mean_of(metric, 0), seed=seed) if strata else None
+    return (iv.low, iv.high) if iv else None
+
+
+def ratio_interval(pairs: Sequence[tuple[pd.Series, pd.Series]], metric: str, seed: int = 0) -> dict | None:
+    """a against b over `pairs` (one (a cell, b cell) per benchmark): {estimate, low, high} of mean(a) / mean(b)
+    on the prompts both decoded, or None (no per-prompt columns, fewer than 2 shared prompts)."""
+    strata = _strata(pairs, metric)
+    if strata is None:
+        return None
+    a, b = _mean_of(metric, 0), _mean_of(metric, 1)
+    iv = bootstrap(strata, lambda sums: a(sums) / b(sums), seed=seed)
+    return None if iv is None else {"estimate": iv.estimate, "low": iv.low, "high": iv.high}
+
+
+def pairing(pairs: Sequence[tuple[pd.Series, pd.Series]]) -> str:
+    """paired when every pair was decoded in one run, else weakly paired."""
+    same = [run_of(a) is not None and run_of(a) == run_of(b) for a, b in pairs]
+    return "paired" if same and all(same) else "weakly paired"
+
+
+def change(est: float, low: float | None = None, high: float | None = None) -> str:
+    """A ratio as a change with its interval, '+4 % [−2, +9]', and ' ≈' where the interval holds no change (within
+    noise); '+4 %' without one."""
+    sign = lambda x: f"{round(100 * (x - 1)):+d}".replace("-", "\u2212")  # noqa: E731
+    if low is None or high is None:
+        return f"{sign(est)} %"
+    return f"{sign(est)} % [{sign(low)}, {sign(high)}]" + (" ≈" if low <= 1 <= high else "")
