@@ -717,3 +717,13 @@ def test_interleave_refuses_what_it_cannot_do_in_one_line(override, message):
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_the_oracles_lookups_come_off_cpu_time_at_their_share_of_wall_time():
+    """On a busy core the thread runs for part of the wall time only: the look-ups' wall seconds taken off the CPU
+    seconds as they stand gave negative speedups (an oracle cell read -91x); at their share they cannot."""
+    from ecospec.experiment.metrics import without_lookups
+
+    assert without_lookups(1.0, 0.5, 0.6) == pytest.approx((0.4, 0.2))
+    assert without_lookups(1.0, 1.0, 0.25) == pytest.approx((0.75, 0.75))  # an idle core: the same either way
+    assert without_lookups(1.0, None, 0.25) == (0.75, None)

@@ -31,9 +31,8 @@ def prompt_row(
     steps = res.steps
     layers = len(steps[0].experts) if steps else 0
     sums = {f"{p}_s": sum(getattr(s, p) for s in steps) for p in PHASES}
-    if oracle:  # the oracle's router look-ups are analysis only (wall time; the CPU share alike at one thread)
-        seconds -= sums["t_pred_s"]
-        cpu_seconds = None if cpu_seconds is None else cpu_seconds - sums["t_pred_s"]
+    if oracle:  # the oracle's router look-ups are analysis only
+        seconds, cpu_seconds = without_lookups(seconds, cpu_seconds, sums["t_pred_s"])
     return {
         "id": pid,
         "turn": turn,
@@ -55,6 +54,14 @@ def prompt_row(
     }
 
 
+def without_lookups(seconds: float, cpu_seconds: float | None, lookups_s: float) -> tuple[float, float | None]:
+    """(wall, CPU) seconds less the oracle's router look-ups, timed on the wall clock: off the CPU time at their share
+    of the wall time (on a busy core the thread ran for only part of the wall time, so subtracting wall seconds
+    from CPU seconds would take off more than the look-ups cost, down to a negative time)."""
+    share = lookups_s / seconds if seconds > 0 else 0.0
+    return seconds - lookups_s, None if cpu_seconds is None else cpu_seconds * (1 - share)
+
+
 def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_seconds: float | None = None) -> dict:
     """What the batched verify passes of batch `n` did (`res`: a BatchResult), as sums like `prompt_row`'s: E and
     the step timings of a batch_size > 1 cell are per batched pass (the paper's "active experts" at B > 1)."""
@@ -68,8 +75,13 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_se
         "passes": len(steps),
         "verified": sum(s.verified for s in steps),
         "tokens": sum(len(r.tokens) for r in res.results),
-        "seconds": seconds - (sums["t_pred_s"] if oracle else 0.0),
-        "cpu_seconds": None if cpu_seconds is None else cpu_seconds - (sums["t_pred_s"] if oracle else 0.0),
+        **dict(
+            zip(
+                ("seconds", "cpu_seconds"),
+                without_lookups(seconds, cpu_seconds, sums["t_pred_s"]) if oracle else (seconds, cpu_seconds),
+                strict=True,
+            )
+        ),  # fmt: skip
         "t_prefill_s": res.t_prefill,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
