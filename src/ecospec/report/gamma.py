@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.analysis.bootstrap import bootstrap, speedup
+from ecospec.report.compare import units
 from ecospec.report.tables import DATASETS, Table, _at, _clock, _newest, model_label, prepare, sweeps
 
 METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
@@ -23,11 +24,7 @@ METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter wi
 
 def _units(cell: pd.Series) -> dict[str, list[float]] | None:
     """A cell's speedup columns per prompt (`experiment.intervals`), by unit key; None for records without them."""
-    iv = cell.get("intervals")
-    units = iv.get("units") if isinstance(iv, dict) else None
-    if not units or units.get("speedup") is None:
-        return None
-    return dict(zip(units["keys"], units["speedup"], strict=True))
+    return units(cell, "speedup")
 
 
 def _strata(cells: pd.DataFrame, gammas: tuple[int, ...], datasets) -> list[np.ndarray] | None:
