@@ -1,0 +1,171 @@
+"""Qwen3-MoE's forward written for a compiler: a KV cache allocated once, one fixed block shape, no graph break.
+
+`StaticQwen3(target, max_len, hidden_layers)` shares the HF model's weights (no copy) and runs a block of q tokens
+written at cache slots start .. start + q - 1, at positions `pos`, query i seeing every slot before `start` and the
+block's slots its row of `tree` [q, q] marks. Everything a step needs comes in as tensors of fixed shape, so
+`torch.compile(dynamic=False)` makes one graph per block size: the engine compiles q = 1 (the AR step) and q = γ
+(the verify step); the prefill runs the same code uncompiled.
+
+The MoE layer keeps the paper's cost inside the graph: token-slots are sorted by expert and one opaque op
+(`ecospec::expert_mlp`) multiplies each expert that has slots by its weights once, never once per token, looping
+over those experts only. Each MoE layer writes its top-k ids into `routes` [L_moe, max_len, k], a buffer allocated
+once (routing capture without hooks). Layer for layer the arithmetic of transformers' Qwen3-MoE modules.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ecospec.models.adapters import moe_info
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@torch.library.custom_op("ecospec::expert_mlp", mutates_args=())
+def expert_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """SwiGLU experts over token-slots sorted by expert: x [T, H], gate_up [N, 2I, H], down [N, H, I], offs [N]
+    cumulative slots per expert -> [T, H]. An opaque op for the compiler: it loops over the experts that have slots
+    only and reads each one's weights once (torch's grouped GEMM visits every group and has a bf16-only fake)."""
+    out = torch.empty(x.shape[0], down.shape[1], dtype=x.dtype, device=x.device)
+    ends = offs.tolist()
+    start = 0
+    for g in torch.nonzero(torch.diff(offs, prepend=offs.new_zeros(1))).flatten().tolist():
+        end = ends[g]
+        gate, up = torch.mm(x[start:end], gate_up[g].t()).chunk(2, dim=-1)
+        torch.mm(F.silu(gate) * up, down[g].t(), out=out[start:end])
+        start = end
+    return out
+
+
+@expert_mlp.register_fake
+def _(x, gate_up, down, offs):
+    return x.new_empty(x.shape[0], down.shape[1])
+
+
+def moe_experts(x, ids, weights, gate_up, down) -> torch.Tensor:
+    """Routed experts of one layer: x [T, H], ids / weights [T, k], gate_up [N, 2I, H], down [N, H, I] -> [T, H].
+
+    Token-slots sorted by expert, one pass over the experts with slots (`expert_mlp`): each is read once.
+    Contributions are summed per token in ascending expert order, as transformers' expert loop does."""
+    t, k = ids.shape
+    if t == 1:  # one token (the AR step): its k experts are distinct, so gathering them reads each once, in-graph
+        ids, order = torch.sort(ids[0])
+        gate, up = torch.einsum("h,koh->ko", x[0], gate_up[ids]).chunk(2, dim=-1)
+        h = torch.einsum("ki,khi->kh", F.silu(gate) * up, down[ids]) * weights[0, order, None]
+        return h.sum(0, keepdim=True).to(x.dtype)
+    n = gate_up.shape[0]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    token = order // k
+    counts = torch.zeros(n, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
+    h = expert_mlp(x[token], gate_up, down, torch.cumsum(counts, 0))
+    h = h * weights.reshape(-1)[order, None]
+    return torch.zeros_like(x).index_add_(0, token, h.to(x.dtype))
+
+
+class StaticQwen3(nn.Module):
+    """A Qwen3-MoE target over a static KV cache (batch 1). Buffers: `k_cache` / `v_cache` [L, Hkv, max_len, D],
+    `routes` [L_moe, max_len, k]. Call `forward(tokens [q], pos [q], start [] long, tree [q, q] bool)`: returns
+    logits [q, V] and, when `hidden_layers` is set, the HF `hidden_states` at those indices concatenated [q, F]."""
+
+    def __init__(self, target, max_len: int, hidden_layers: tuple[int, ...] = ()):
+        super().__init__()
+        cfg = target.config
+        info = moe_info(target)
+        if info.family != "qwen3_moe":
+            raise ValueError(f"the compiled engine supports Qwen3-MoE targets only, got {info.family}")
+        if cfg.hidden_act != "silu":
+            raise ValueError(f"the compiled engine's experts are SwiGLU, not hidden_act {cfg.hidden_act!r}")
+        model = target.model
+        self.eps = cfg.rms_norm_eps
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.top_k, self.norm_topk = cfg.num_experts_per_tok, cfg.norm_topk_prob
+        self.hidden_layers = tuple(hidden_layers)
+        self.num_layers = cfg.num_hidden_layers
+        self.moe_layers = info.moe_layers
+        self.target = [target]  # not a submodule: its parameters are shared, never registered twice
+        self.attention_scaling = float(model.rotary_emb.attention_scaling)
+        self.register_buffer("inv_freq", model.rotary_emb.inv_freq.detach().clone(), persistent=False)
+        dev, dtype = target.device, target.dtype
+        shape = (self.num_layers, self.n_kv, max_len, self.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        routes = torch.zeros(len(info.moe_layers), max_len, self.top_k, dtype=torch.long, device=dev)
+        self.register_buffer("routes", routes, persistent=False)
+        self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
+        self.max_len = max_len
+
+    def _attention(self, layer, i: int, x, cos, sin, slots, mask):
+        attn = layer.self_attn
+        q_len = x.shape[0]
+        q = _rms(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(q_len, -1, self.head_dim),
+                 attn.q_norm.weight, attn.q_norm.variance_epsilon).transpose(0, 1)  # fmt: skip
+        k = _rms(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(q_len, -1, self.head_dim),
+                 attn.k_norm.weight, attn.k_norm.variance_epsilon).transpose(0, 1)  # fmt: skip
+        v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(q_len, -1, self.head_dim).transpose(0, 1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        self.k_cache[i].index_copy_(1, slots, k)
+        self.v_cache[i].index_copy_(1, slots, v)
+        out = F.scaled_dot_product_attention(
+            q[None], self.k_cache[i][None], self.v_cache[i][None], attn_mask=mask, scale=attn.scaling,
+            enable_gqa=self.n_heads != self.n_kv,
+        )  # fmt: skip
+        return F.linear(out[0].transpose(0, 1).reshape(q_len, -1), attn.o_proj.weight, attn.o_proj.bias)
+
+    def _mlp(self, layer, moe_index: int | None, x):
+        mlp = layer.mlp
+        if moe_index is None:
+            return F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
+                            mlp.down_proj.weight)  # fmt: skip
+        probs = torch.softmax(F.linear(x, mlp.gate.weight), dim=-1, dtype=torch.float)
+        top, ids = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
+        self.routes[moe_index, : x.shape[0]] = ids
+        return moe_experts(x, ids, top.to(x.dtype), mlp.experts.gate_up_proj, mlp.experts.down_proj)
+
+    def forward(self, tokens, pos, start, tree):
+        model = self.target[0].model
+        q = tokens.shape[0]
+        slots = start + self.slot_ids[:q]
+        rel = self.slot_ids[None, :] - start  # [1, max_len]: a key's slot relative to the block
+        inside = (rel >= 0) & (rel < q)
+        visible = (rel < 0) | (inside & tree.gather(1, rel.clamp(0, q - 1).expand(q, -1)))
+        x = F.embedding(tokens, model.embed_tokens.weight)
+        freqs = pos[:, None].float() * self.inv_freq[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.attention_scaling).to(x.dtype)[None]
+        sin = (emb.sin() * self.attention_scaling).to(x.dtype)[None]
+        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill(
+            ~visible, torch.finfo(x.dtype).min
+        )[None, None]
+        hidden = {0: x} if 0 in self.hidden_layers else {}
+        moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
+        for i, layer in enumerate(model.layers):
+            h = _rms(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+            x = x + self._attention(layer, i, h, cos, sin, slots, mask)
+            h = _rms(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+            x = x + self._mlp(layer, moe_index.get(i), h)
+            if i + 1 in self.hidden_layers and i + 1 < self.num_layers:
+                hidden[i + 1] = x
+        x = _rms(x, model.norm.weight, model.norm.variance_epsilon)
+        if self.num_layers in self.hidden_layers:
+            hidden[self.num_layers] = x
+        logits = F.linear(x, self.target[0].lm_head.weight)
+        if not self.hidden_layers:
+            return logits, None
+        return logits, torch.cat([hidden[i] for i in self.hidden_layers], dim=-1)
