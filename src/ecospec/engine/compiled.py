@@ -1,0 +1,178 @@
+"""The compiled engine's target: `StaticQwen3` compiled by inductor in two block shapes, prepared once per cell.
+
+    prepared = prepare(target, gamma=6, max_len=512, hidden_layers=drafter.hidden_layers)
+    ecospec.generate(target, ids, drafter=..., engine=prepared)       # or engine="compiled": prepared per call
+
+A `CompiledTarget` holds the KV cache (allocated once for the cell's longest sequence), the step buffers (tokens,
+positions, tree mask: allocated once, filled on the host) and the compiled step, which has one graph for the AR step
+(q = 1) and one for the verify step (q = γ; a block with fewer tokens is padded with dummies that see only
+themselves and that nothing sees). The prefill and the oracle's look-up pass run the same forward uncompiled.
+Accepted paths are compacted onto the prefix in place. Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a
+second process compiles from disk. Written with no host read inside a step, so a GPU can capture the two shapes as
+CUDA graphs later (not done: no GPU has run it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import types
+from dataclasses import dataclass, field
+
+import torch
+
+from ecospec.cache import cache_root
+from ecospec.engine.static_qwen3 import StaticQwen3
+from ecospec.engine.tree import ancestor_mask
+from ecospec.models.adapters import moe_info
+
+ENGINES = ("eager", "compiled")
+
+
+def refusal(target, drafter=None, expert_budget=None) -> str | None:
+    """Why `engine="compiled"` cannot run this decode (one line), or None. Never a silent fall back to eager."""
+    family = moe_info(target).family
+    if family != "qwen3_moe":
+        return f"engine=compiled supports Qwen3-MoE targets only (got {family}); use engine=eager"
+    if target.config.hidden_act != "silu":
+        return f"engine=compiled needs SwiGLU experts (hidden_act silu, got {target.config.hidden_act})"
+    if expert_budget is not None:
+        return "engine=compiled does not take an expert budget (MoE-Spec) yet; use engine=eager"
+    if drafter is not None and type(drafter).__name__ not in ("Eagle3Drafter", "DraftModelDrafter"):
+        return f"engine=compiled takes EAGLE-3 heads and draft models as drafters, not {type(drafter).__name__}"
+    return toolchain_missing()
+
+
+def toolchain_missing() -> str | None:
+    """What inductor's CPU backend lacks here (a C++ compiler), or None."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception as err:  # noqa: BLE001 - any failure to find one is the answer
+        return (
+            f"engine=compiled needs a C++ compiler for torch inductor, none works here ({err}); set CXX or install g++"
+        )
+    return None
+
+
+@dataclass
+class CompiledTarget:
+    """A target prepared for compiled decoding (see the module docstring). `compile_s`: the warm-up, never part of
+    a cell's timings."""
+
+    target: object
+    static: StaticQwen3
+    step: object
+    gamma: int
+    max_len: int
+    hidden_layers: tuple[int, ...]
+    compile_s: float = 0.0
+    length: int = 0  # committed tokens in the cache
+    routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
+
+    def __post_init__(self):
+        dev = self.static.k_cache.device
+        self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
+        self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
+        self._tree = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}
+        self._start = torch.zeros((), dtype=torch.long, device=dev)
+
+    def _check_room(self, n: int) -> None:
+        if n > self.max_len:
+            raise ValueError(f"the sequence needs {n} cache slots; the compiled target was prepared for {self.max_len}")
+
+    def prefill(self, ids: torch.Tensor):
+        """The prompt [n] at slots 0..n-1 (uncompiled): (last position's logits [1, V], features [1, n, F] or None)."""
+        n = ids.shape[0]
+        self._check_room(n + self.gamma)
+        pos = torch.arange(n, device=ids.device)
+        logits, feats = self.static(ids, pos, torch.tensor(0), torch.ones(n, n, dtype=torch.bool).tril())
+        self.length, self.routes = n, []
+        return logits[-1:], None if feats is None else feats[None]
+
+    def verify(self, tokens: list[int], parents: list[int], depths: list[int]):
+        """One step's block (root + chosen nodes, block-index parents) after the committed tokens, in the graph of
+        its shape: (logits [q, V], features [1, q, F] or None). Its routes are kept for the counts at the end."""
+        q = len(tokens)
+        size = 1 if q == 1 else self.gamma
+        if q > size:
+            raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
+        self._check_room(self.length + size)
+        buf_tokens, buf_pos, buf_tree = self._tokens[size], self._pos[size], self._tree[size]
+        buf_tokens.zero_()
+        buf_tokens[:q] = torch.tensor(tokens)
+        buf_pos.fill_(self.length)
+        buf_pos[:q] += torch.tensor(depths)
+        if size > 1:
+            buf_tree.copy_(torch.eye(size, dtype=torch.bool))
+            buf_tree[:q, :q] = ancestor_mask([p - 1 for p in parents[1:]])
+        self._start.fill_(self.length)
+        logits, feats = self.step(buf_tokens, buf_pos, self._start, buf_tree)
+        self.routes.append(self.static.routes[:, :q].clone())
+        return logits[:q], None if feats is None else feats[None, :q]
+
+    def lookup(self, root: int, tree) -> torch.Tensor:
+        """The oracle's pass over root + the whole tree (uncompiled, analysis only): its routes [L_moe, 1 + n, k].
+        It writes scratch slots after the committed tokens, which the next step overwrites."""
+        n = len(tree) + 1
+        self._check_room(self.length + n)
+        dev = self._start.device
+        tokens = torch.tensor([root] + tree.tokens, device=dev)
+        pos = torch.tensor([0] + tree.depths, device=dev) + self.length
+        self.static(tokens, pos, torch.tensor(self.length), ancestor_mask(tree.parents, dev))
+        return self.static.routes[:, :n].clone()
+
+    def compact(self, path: list[int]) -> None:
+        """Move the accepted path's cache rows (block indices) right after the committed tokens."""
+        start = self.length
+        if path != list(range(len(path))):
+            idx = torch.tensor(path, device=self._start.device) + start
+            for cache in (self.static.k_cache, self.static.v_cache):
+                cache[:, :, start : start + len(path)] = cache[:, :, idx]
+        self.length = start + len(path)
+
+    def take_routes(self) -> torch.Tensor:
+        """Every counted pass's routes back to back, [L_moe, sum of block sizes, k]."""
+        routes, self.routes = self.routes, []
+        if not routes:
+            return self.static.routes[:, :0].clone()
+        return torch.cat(routes, dim=1)
+
+
+_PREPARED: dict[tuple, CompiledTarget] = {}
+
+
+def _own_forward(static: StaticQwen3):
+    """`static.forward` on a code object of its own. Dynamo keeps compiled graphs per code object, and the step skips
+    the guards on module attributes (evaluating them cost ~0.8 ms a call), so two prepared objects (another target,
+    other hidden layers) must never share one: each gets its own copy of the code."""
+    fn = StaticQwen3.forward
+    code = fn.__code__.replace(co_name=f"forward_{len(_PREPARED)}")
+    return types.MethodType(types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__),
+                            static)  # fmt: skip
+
+
+def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = ()) -> CompiledTarget:
+    """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots,
+    and warm them up (timed: `compile_s`). The same arguments give the same prepared object within a process."""
+    key = (id(target), gamma, max_len, tuple(hidden_layers))
+    if key in _PREPARED:
+        return _PREPARED[key]
+    reason = refusal(target)
+    if reason:
+        raise ValueError(reason)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+    static = StaticQwen3(target, max_len, tuple(hidden_layers))
+    step = torch.compile(
+        _own_forward(static), dynamic=False, fullgraph=True,
+        options={"cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},
+    )  # fmt: skip
+    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers))
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for q in (1, gamma):  # one call per shape compiles it (from disk when inductor's cache has it)
+            step(prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
+    prepared.compile_s = time.perf_counter() - t0
+    _PREPARED[key] = prepared
+    return prepared
