@@ -1,6 +1,7 @@
 """The compiled engine against the eager one on the embedded default: AR, EAGLE-3 and EcoSpec through both engines,
 interleaved prompt by prompt in one process, greedy tokens, α and E per verify pass checked equal, time per token of
-each (the decoding thread's CPU time, one torch thread) and the compile warm-up.
+each (the decoding thread's CPU time, one torch thread), the compile warm-up, and per engine the line of a full
+verify pass's latency (wall) against its unique experts per layer.
 
     python benchmarks/compiled_engine.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
 
@@ -46,6 +47,7 @@ def main() -> None:
     cpu = {(m, e): 0.0 for m in METHODS for e in ("eager", "compiled")}
     count = dict.fromkeys(cpu, 0)
     flips, same_steps = [], True
+    passes = {"eager": [], "compiled": []}  # (mean unique experts per layer, verify seconds) of full γ-token passes
     for i, ids in enumerate(prompts):
         for method, kw in METHODS.items():
             args = dict(kw)
@@ -58,6 +60,8 @@ def main() -> None:
                 outs[engine] = ecospec.generate(target, ids, max_new_tokens=a.tokens, engine=run, **args)
                 cpu[method, engine] += time.thread_time() - c0
                 count[method, engine] += len(outs[engine].tokens)
+                passes[engine] += [(sum(st.experts) / len(st.experts), st.t_verify) for st in outs[engine].steps
+                                   if method != "AR" and st.verified == a.gamma]  # fmt: skip
             e, c = outs["eager"], outs["compiled"]
             if e.tokens != c.tokens:
                 j = next(k for k, (x, y) in enumerate(zip(e.tokens, c.tokens, strict=False)) if x != y)
@@ -76,11 +80,24 @@ def main() -> None:
         "sd_vs_ar": {f"{m} {e}": round(ms[f"AR {e}"] / ms[f"{m} {e}"], 2) for m in METHODS if m != "AR"
                      for e in ("eager", "compiled")},
         "flips": flips, "steps_equal_where_tokens_equal": bool(same_steps),
+        "verify_vs_experts": {e: _line(passes[e]) for e in passes},
     }  # fmt: skip
     print(json.dumps(result, indent=1))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "compiled_engine.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _line(points: list[tuple[float, float]]) -> dict:
+    """Least-squares line of verify milliseconds against unique experts per layer over the passes: the cost of one
+    more expert in a pass (positive where a pass reads each expert it activates), its r and the passes counted."""
+    x = torch.tensor([p[0] for p in points], dtype=torch.float64)
+    y = torch.tensor([1e3 * p[1] for p in points], dtype=torch.float64)
+    dx, dy = x - x.mean(), y - y.mean()
+    slope = float((dx * dy).sum() / (dx * dx).sum())
+    r = float((dx * dy).sum() / ((dx * dx).sum() * (dy * dy).sum()).sqrt())
+    return {"ms_per_expert": round(slope, 4), "ms_at_mean": round(float(y.mean()), 3), "r": round(r, 3),
+            "passes": len(points), "experts_range": [round(float(x.min()), 2), round(float(x.max()), 2)]}  # fmt: skip
 
 
 if __name__ == "__main__":
