@@ -44,7 +44,7 @@ def refusal(target, drafter=None, expert_budget=None) -> str | None:
 
 
 def toolchain_missing() -> str | None:
-    """What inductor's CPU backend lacks here (a C++ compiler), or None."""
+    """What inductor's CPU backend and the expert kernel lack here (a C++ compiler, ninja), or None."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
 

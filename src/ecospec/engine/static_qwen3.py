@@ -14,11 +14,16 @@ once (routing capture without hooks). Layer for layer the arithmetic of transfor
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ecospec.cache import cache_root
 from ecospec.models.adapters import moe_info
+
+KERNEL_SOURCE = Path(__file__).parent / "kernels" / "expert_mlp.cpp"
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -33,20 +38,33 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+_KERNEL: list = []  # the C++ loop (kernels/expert_mlp.cpp) once built, or the reason it could not be
+
+
+def expert_kernel():
+    """The C++ expert loop, built once into `$ECOSPEC_CACHE/torch_extensions` (about 40 s) and loaded from there
+    after; raises with the reason where it cannot be built (no C++ compiler, no ninja)."""
+    if not _KERNEL:
+        from torch.utils.cpp_extension import load
+
+        where = cache_root() / "torch_extensions" / "expert_mlp"
+        where.mkdir(parents=True, exist_ok=True)
+        try:
+            _KERNEL.append(load("ecospec_expert_mlp", [str(KERNEL_SOURCE)], build_directory=str(where),
+                                extra_cflags=["-O2"], verbose=False))  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - any build failure is reported as the reason
+            _KERNEL.append(err)
+    if isinstance(_KERNEL[0], Exception):
+        raise RuntimeError(f"the compiled engine's expert kernel could not be built: {_KERNEL[0]}")
+    return _KERNEL[0]
+
+
 @torch.library.custom_op("ecospec::expert_mlp", mutates_args=())
 def expert_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """SwiGLU experts over token-slots sorted by expert: x [T, H], gate_up [N, 2I, H], down [N, H, I], offs [N]
-    cumulative slots per expert -> [T, H]. An opaque op for the compiler: it loops over the experts that have slots
-    only and reads each one's weights once (torch's grouped GEMM visits every group and has a bf16-only fake)."""
-    out = torch.empty(x.shape[0], down.shape[1], dtype=x.dtype, device=x.device)
-    ends = offs.tolist()
-    start = 0
-    for g in torch.nonzero(torch.diff(offs, prepend=offs.new_zeros(1))).flatten().tolist():
-        end = ends[g]
-        gate, up = torch.mm(x[start:end], gate_up[g].t()).chunk(2, dim=-1)
-        torch.mm(F.silu(gate) * up, down[g].t(), out=out[start:end])
-        start = end
-    return out
+    cumulative slots per expert -> [T, H]. An opaque op for the compiler: one C++ pass over the experts that have
+    slots, each one's weights read once (torch's grouped GEMM has a bf16-only fake kernel and visits every group)."""
+    return expert_kernel().expert_mlp(x, gate_up, down, offs)
 
 
 @expert_mlp.register_fake
