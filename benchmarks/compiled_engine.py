@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
 import torch
 
 import ecospec
+from ecospec.analysis.cost import fit_line
 from ecospec.engine.compiled import prepare
 from ecospec.tiny import load_tiny
 from ecospec.tiny.evaluate import humaneval_ids
@@ -89,15 +91,15 @@ def main() -> None:
 
 
 def _line(points: list[tuple[float, float]]) -> dict:
-    """Least-squares line of verify milliseconds against unique experts per layer over the passes: the cost of one
-    more expert in a pass (positive where a pass reads each expert it activates), its r and the passes counted."""
-    x = torch.tensor([p[0] for p in points], dtype=torch.float64)
-    y = torch.tensor([1e3 * p[1] for p in points], dtype=torch.float64)
-    dx, dy = x - x.mean(), y - y.mean()
-    slope = float((dx * dy).sum() / (dx * dx).sum())
-    r = float((dx * dy).sum() / ((dx * dx).sum() * (dy * dy).sum()).sqrt())
-    return {"ms_per_expert": round(slope, 4), "ms_at_mean": round(float(y.mean()), 3), "r": round(r, 3),
-            "passes": len(points), "experts_range": [round(float(x.min()), 2), round(float(x.max()), 2)]}  # fmt: skip
+    """Least-squares line of verify milliseconds against unique experts per layer over the passes
+    (`analysis.cost.fit_line`): the cost of one more expert in a pass (positive where a pass reads each expert it
+    activates), its r and the passes counted."""
+    x = [p[0] for p in points]
+    y = [1e3 * p[1] for p in points]
+    slope, _, r2 = fit_line(x, y)
+    return {"ms_per_expert": round(slope, 4), "ms_at_mean": round(sum(y) / len(y), 3),
+            "r": round(math.copysign(math.sqrt(max(r2, 0.0)), slope), 3), "passes": len(points),
+            "experts_range": [round(min(x), 2), round(max(x), 2)]}  # fmt: skip
 
 
 if __name__ == "__main__":

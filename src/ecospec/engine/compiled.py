@@ -75,7 +75,8 @@ class CompiledTarget:
         dev = self.static.k_cache.device
         self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
         self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
-        self._tree = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}
+        self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}  # dummies see themselves
+        self._tree = {q: eye.clone() for q, eye in self._eye.items()}
         self._start = torch.zeros((), dtype=torch.long, device=dev)
 
     def _check_room(self, n: int) -> None:
@@ -86,8 +87,9 @@ class CompiledTarget:
         """The prompt [n] at slots 0..n-1 (uncompiled): (last position's logits [1, V], features [1, n, F] or None)."""
         n = ids.shape[0]
         self._check_room(n + self.gamma)
-        pos = torch.arange(n, device=ids.device)
-        logits, feats = self.static(ids, pos, torch.tensor(0), torch.ones(n, n, dtype=torch.bool).tril())
+        dev = ids.device
+        causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+        logits, feats = self.static(ids, torch.arange(n, device=dev), torch.tensor(0, device=dev), causal)
         self.length, self.routes = n, []
         return logits[-1:], None if feats is None else feats[None]
 
@@ -105,7 +107,7 @@ class CompiledTarget:
         buf_pos.fill_(self.length)
         buf_pos[:q] += torch.tensor(depths)
         if size > 1:
-            buf_tree.copy_(torch.eye(size, dtype=torch.bool))
+            buf_tree.copy_(self._eye[size])
             buf_tree[:q, :q] = ancestor_mask([p - 1 for p in parents[1:]])
         self._start.fill_(self.length)
         logits, feats = self.step(buf_tokens, buf_pos, self._start, buf_tree)
@@ -120,7 +122,7 @@ class CompiledTarget:
         dev = self._start.device
         tokens = torch.tensor([root] + tree.tokens, device=dev)
         pos = torch.tensor([0] + tree.depths, device=dev) + self.length
-        self.static(tokens, pos, torch.tensor(self.length), ancestor_mask(tree.parents, dev))
+        self.static(tokens, pos, torch.tensor(self.length, device=dev), ancestor_mask(tree.parents, dev))
         return self.static.routes[:, :n].clone()
 
     def compact(self, path: list[int]) -> None:

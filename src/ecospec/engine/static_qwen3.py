@@ -113,7 +113,7 @@ class StaticQwen3(nn.Module):
         self.top_k, self.norm_topk = cfg.num_experts_per_tok, cfg.norm_topk_prob
         self.hidden_layers = tuple(hidden_layers)
         self.num_layers = cfg.num_hidden_layers
-        self.moe_layers = info.moe_layers
+        self.moe_index = {layer: j for j, layer in enumerate(info.moe_layers)}  # decoder layer -> routes row
         self.target = [target]  # not a submodule: its parameters are shared, never registered twice
         self.attention_scaling = float(model.rotary_emb.attention_scaling)
         self.register_buffer("inv_freq", model.rotary_emb.inv_freq.detach().clone(), persistent=False)
@@ -172,12 +172,11 @@ class StaticQwen3(nn.Module):
             ~visible, torch.finfo(x.dtype).min
         )[None, None]
         hidden = {0: x} if 0 in self.hidden_layers else {}
-        moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         for i, layer in enumerate(model.layers):
             h = _rms(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
             x = x + self._attention(layer, i, h, cos, sin, slots, mask)
             h = _rms(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-            x = x + self._mlp(layer, moe_index.get(i), h)
+            x = x + self._mlp(layer, self.moe_index.get(i), h)
             if i + 1 in self.hidden_layers and i + 1 < self.num_layers:
                 hidden[i + 1] = x
         x = _rms(x, model.norm.weight, model.norm.variance_epsilon)
