@@ -4,6 +4,12 @@
 whether the greedy outputs equal AR's and each other's.
 
     python benchmarks/vllm_peer.py [--prompts 16] [--tokens 64] [--gamma 4] [--batches 1,4] [--rounds 2]
+                                   [--engine eager,compiled] [--tree-gamma 6]
+
+`--engine`: one `ours` row per engine of ours (eager: transformers' forward; compiled: `engine.compiled`, batch 1
+only, warmed up before the first round and reported apart). With `compiled`, two rows more at batch 1: our trees
+at the model's γ (`--tree-gamma`, depth 3, top-2; EAGLE-3's confidence selector and EcoSpec), which vLLM cannot
+run, against vLLM's AR of the same rounds (their `ours/vLLM` is tree TPOT over vLLM's AR TPOT).
 
 Checks (exit 1 when one fails): the two engines' alpha agree within 2 % (the same chain policy and greedy rule: a
 gap is a bug in one of them); their greedy AR outputs are equal for all but one prompt in 16. Goal (reported, not
@@ -15,6 +21,7 @@ our process runs one torch thread on core 0. Needs `make install-vllm` and the e
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -23,6 +30,7 @@ from pathlib import Path
 import torch
 
 import ecospec
+from ecospec.engine.compiled import prepare
 from ecospec.tiny.build import paths
 from ecospec.tiny.evaluate import humaneval_ids, load_components
 from ecospec.vllm_backend.args import server_args
@@ -32,17 +40,19 @@ from ecospec.vllm_backend.server import Server, greedy_tokens
 from ecospec.vllm_backend.summary import engine_summary
 
 
-def ours(target, drafter, prompts, tokens: int, gamma: int, batch: int) -> dict:
-    """TPOT (after the first token, as vLLM counts it), tokens/s, alpha and the outputs of our engine."""
+def ours(target, prompts, tokens: int, batch: int, drafter=None, gamma: int = 4, engine="eager", tree=None) -> dict:
+    """TPOT (after the first token, as vLLM counts it), tokens/s, alpha and the outputs of our engine; `tree`:
+    generate()'s tree arguments (depth, topk, selector, predictor) instead of the chain's."""
     seconds = after_first = 0.0
     steps = accepted = n = 0
     outs = []
+    shape = tree or dict(depth=gamma - 1, topk=1)
     for i in range(0, len(prompts), batch):
         group = prompts[i : i + batch]
-        kw = dict(drafter=drafter, gamma=gamma, depth=gamma - 1, topk=1, max_new_tokens=tokens, eos_token_id=[])
+        kw = dict(drafter=drafter, gamma=gamma, max_new_tokens=tokens, eos_token_id=[], **shape)
         t0 = time.perf_counter()
         if batch == 1:
-            res = ecospec.generate(target, group[0], **kw)
+            res = ecospec.generate(target, group[0], engine=engine, **kw)
             results, prefill = [res], res.t_prefill
         else:
             res = ecospec.generate_batch(target, [p[0] for p in group], **kw)
@@ -65,13 +75,34 @@ def main() -> int:
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--engine", default="eager", help="our engines, comma-separated: eager, compiled")
+    ap.add_argument("--tree-gamma", type=int, default=6, help="the trees' gamma (the model's, conf/model/tiny.yaml)")
     ap.add_argument("--out", type=Path, default=Path("experiments/vllm_peer"))
     a = ap.parse_args()
+    engines = a.engine.split(",")
+    if not set(engines) <= {"eager", "compiled"}:
+        ap.error(f"--engine {a.engine}: allowed eager, compiled")
     torch.set_num_threads(1)
     os.sched_setaffinity(0, {0})
     dirs = paths()
-    target, tokenizer, drafter, _ = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_components(dirs)
     prompts = humaneval_ids(tokenizer, a.prompts)
+    run = {"eager": {"ar": "eager", "eagle3": "eager", "tree": "eager"}}
+    if "compiled" in engines:  # prepared (compiled, or loaded from inductor's disk cache) before any round
+        longest = max(p.shape[1] for p in prompts) + a.tokens + max(a.gamma, a.tree_gamma)
+        slots = -(-longest // 128) * 128
+        hidden = tuple(drafter.hidden_layers)
+        run["compiled"] = {
+            "ar": prepare(target, gamma=1, max_len=slots),
+            "eagle3": prepare(target, gamma=a.gamma, max_len=slots, hidden_layers=hidden),
+            "tree": prepare(target, gamma=a.tree_gamma, max_len=slots, hidden_layers=hidden),
+        }
+        compile_s = sum(p.compile_s for p in run["compiled"].values())
+        print(f"compiled engine: warm-up {compile_s:.1f} s (AR, chain of {a.gamma - 1}, tree at gamma {a.tree_gamma})")
+    trees = {
+        "EAGLE-3 tree": dict(depth=3, topk=2, selector="confidence"),
+        "EcoSpec tree": dict(depth=3, topk=2, selector="ecospec", predictor=predictor),
+    }
     ids = [p[0].tolist() for p in prompts]
     texts = [tokenizer.decode(x[1:]) for x in ids]  # the tokenizer adds <|bos|> itself
     data = write_dataset(a.out / "prompts.jsonl", texts)
@@ -87,32 +118,47 @@ def main() -> int:
                 outputs["vllm"] = [greedy_tokens(srv, x, a.tokens) for x in ids]
             for b in (int(x) for x in a.batches.split(",")):
                 bench = BenchSettings(output_len=a.tokens, concurrency=b, requests=a.prompts, seed=0)
-                v_rounds, o_rounds = [], []
+                # ours at this batch: (row label, engine, decode); the compiled engine runs batch 1 only
+                mine = [(method, e, dict(drafter=drafter if method == "eagle3" else None, gamma=a.gamma,
+                                         engine=run[e][method]))
+                        for e in engines if b == 1 or e == "eager"]  # fmt: skip
+                if method == "ar" and b == 1 and "compiled" in engines:
+                    mine += [(name, e, dict(drafter=drafter, gamma=a.tree_gamma, engine=run[e]["tree"], tree=kw))
+                             for name, kw in trees.items() for e in engines]  # fmt: skip
+                v_rounds, o_rounds = [], {(m, e): [] for m, e, _ in mine}
                 for r in range(a.rounds):  # alternating: a machine that slows down slows both
                     v_rounds.append(run_round(cli, srv, model, data, bench, a.out, f"{method}-b{b}-{r}",
                                               a.out / "bench.log"))  # fmt: skip
-                    o_rounds.append(
-                        ours(target, drafter if method == "eagle3" else None, prompts, a.tokens, a.gamma, b)
-                    )
+                    for m, e, kw in mine:
+                        o_rounds[m, e].append(ours(target, prompts=prompts, tokens=a.tokens, batch=b, **kw))
                 v = engine_summary(v_rounds)
-                o = {k: sum(x[k] for x in o_rounds) / len(o_rounds) for k in ("tpot_s", "tokens_per_s", "alpha")}
-                outputs[f"ours {method} b{b}"] = o_rounds[0]["outputs"]
-                rows.append((method, b, v, o))
-    ar = outputs["ours ar b1"]
-    print(f"\n{a.prompts} HumanEval prompts x {a.tokens} tokens, greedy, fp32, chain of {a.gamma - 1}, 1 core each")
-    print(f"{'method':<8}{'batch':>6}{'vLLM TPOT ms':>14}{'ours TPOT ms':>14}{'ours/vLLM':>11}"
+                for (m, e), got in o_rounds.items():
+                    o = {k: sum(x[k] for x in got) / len(got) for k in ("tpot_s", "tokens_per_s", "alpha")}
+                    outputs[f"ours {m} {e} b{b}"] = got[0]["outputs"]
+                    rows.append((m, b, e, v, o))
+    ar = outputs[f"ours ar {engines[0]} b1"]
+    print(f"\n{a.prompts} HumanEval prompts x {a.tokens} tokens, greedy, fp32, chain of {a.gamma - 1}, 1 core each"
+          f"; trees: gamma {a.tree_gamma}, depth 3, top-2, against vLLM's AR")  # fmt: skip
+    print(f"{'method':<14}{'batch':>6}{'ours':>10}{'vLLM TPOT ms':>14}{'ours TPOT ms':>14}{'ours/vLLM':>11}"
           f"{'vLLM tok/s':>12}{'ours tok/s':>12}{'vLLM alpha':>12}{'ours alpha':>12}  ours = our AR")  # fmt: skip
-    for method, b, v, o in rows:
-        same = sum(x == y for x, y in zip(outputs[f"ours {method} b{b}"], ar, strict=True))
+    table = []
+    for method, b, e, v, o in rows:
+        same = sum(x == y for x, y in zip(outputs[f"ours {method} {e} b{b}"], ar, strict=True))
         ratio = o["tpot_s"] / v["tpot_s"]
-        print(f"{method:<8}{b:>6}{1e3 * v['tpot_s']:>14.2f}{1e3 * o['tpot_s']:>14.2f}{ratio:>10.2f}x"
+        print(f"{method:<14}{b:>6}{e:>10}{1e3 * v['tpot_s']:>14.2f}{1e3 * o['tpot_s']:>14.2f}{ratio:>10.2f}x"
               f"{v['tokens_per_s']:>12.1f}{o['tokens_per_s']:>12.1f}{v['alpha']:>12.3f}{o['alpha']:>12.3f}"
               f"  {same}/{len(ar)}")  # fmt: skip
+        table.append({"method": method, "batch": b, "engine": e, "vllm_tpot_ms": 1e3 * v["tpot_s"],
+                      "ours_tpot_ms": 1e3 * o["tpot_s"], "ratio": ratio, "vllm_alpha": v["alpha"],
+                      "ours_alpha": o["alpha"], "same_as_ar": same})  # fmt: skip
         if method == "eagle3" and abs(v["alpha"] / o["alpha"] - 1) > 0.02:
             print(f"  alpha differs by {100 * abs(v['alpha'] / o['alpha'] - 1):.1f} % (> 2 %): a bug in one engine")
             ok = False
     agree = sum(x == y for x, y in zip(outputs["vllm"], ar, strict=True))
     print(f"greedy AR outputs equal in both engines: {agree}/{len(ar)} prompts")
+    if "compiled" in engines:
+        table.append({"compile_s": compile_s})
+    (a.out / "vllm_peer.json").write_text(json.dumps(table, indent=1))
     ok &= agree >= len(ar) - 1
     return 0 if ok else 1
 

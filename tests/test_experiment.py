@@ -276,6 +276,61 @@ def cell(tmp_path):
     return make
 
 
+def test_engine_knob_identity_and_refusals():
+    """engine=eager keeps every id it had; compiled is another cell (and another AR baseline); what the compiled
+    engine does not run yet is refused in one line before anything loads."""
+    from ecospec.experiment.cell import ar_key
+
+    a = _compose(*FAST)
+    assert cell_id(_compose(*FAST, "engine=eager")) == cell_id(a)
+    c = _compose(*FAST, "engine=compiled")
+    assert cell_id(c) != cell_id(a) and "-compiled-" in cell_name(c)
+    validate(c)
+    plain = OmegaConf.to_container(a, resolve=True)
+    assert (
+        ar_key(plain, "cpu")
+        == ar_key({**plain, "engine": "eager"}, "cpu")
+        != ar_key({**plain, "engine": "compiled"}, "cpu")
+    )
+    refused = {
+        ("engine=fast",): "allowed: eager, compiled",
+        ("engine=compiled", "batch_size=4"): "batch_size=1 only",
+        ("engine=compiled", "method=moespec", "expert_budget=8"): "no expert budget",
+        ("engine=compiled", "model=mixtral"): "Qwen3-MoE targets only",
+        ("engine=compiled", "backend=vllm", "method=ar"): "backend=hf",
+        ("engine=compiled", "model.parallel=tp", "ranks=2"): "one process",
+    }
+    for overrides, why in refused.items():
+        with pytest.raises(ConfigError, match=why) as e:
+            validate(_compose(*FAST, *overrides))
+        assert str(e.value).startswith("engine=") and "\n" not in str(e.value), overrides
+
+
+@pytest.mark.compiled
+def test_compiled_cell_decodes_as_the_eager_one(cell):
+    """A cell with engine=compiled (and its interleaved EAGLE-3) gives the eager cell's tokens, α and E per prompt
+    (float64: no reduction-order flips), records its engine and warm-up, and keeps the warm-up out of its timings."""
+    runs = {}
+    for engine in ("eager", "compiled"):
+        cfg, cell_dir = cell("model.dtype=float64", f"engine={engine}", "interleave=[eagle3]")
+        rec = run_cell(cfg, cell_dir)
+        assert rec["status"] == "ok", rec.get("traceback")
+        other = read_record(cell_dir.parent / cell_name(_compose(*FAST, "model.dtype=float64", f"engine={engine}",
+                                                                 "method=eagle3")) / RESULT)  # fmt: skip
+        runs[engine] = (rec, other)
+    for eager, compiled in zip(runs["eager"], runs["compiled"], strict=True):
+        keys = ("tokens", "steps", "accepted", "experts_by_layer")
+        assert [{k: r.get(k) for k in keys} for r in compiled["prompts"]] == [
+            {k: r.get(k) for k in keys} for r in eager["prompts"]
+        ]
+        assert compiled["summary"]["matches_ar"] == 1.0
+        env = compiled["env"]
+        assert env["engine"] == "compiled" and env["compile_s"] > 0 and [1, 512] in env["compiled_shapes"]
+        assert "engine" not in eager["env"]
+        # the warm-up (seconds even from inductor's disk cache) is no part of the first prompt's time (milliseconds)
+        assert compiled["prompts"][0]["seconds"] < env["compile_s"] / 2
+
+
 def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
     cfg, cell_dir = cell()
     rec = run_cell(cfg, cell_dir)

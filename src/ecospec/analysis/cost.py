@@ -47,6 +47,7 @@ from ecospec.analysis.hardware import HARDWARE, Hardware
 
 # storage format -> (bytes per value, default values per scale, bytes per scale)
 FORMATS: dict[str, tuple[float, int, int]] = {
+    "fp64": (8, 0, 0),  # tests that need exact equality (a random model in float64)
     "fp32": (4, 0, 0),
     "bf16": (2, 0, 0),
     "fp16": (2, 0, 0),
@@ -55,7 +56,7 @@ FORMATS: dict[str, tuple[float, int, int]] = {
     "fp4": (0.5, 0, 0),  # bare 4-bit values: the nominal width the EcoSpec paper uses for GPT-OSS
 }
 _QUANTIZED = ("fp8", "mxfp4", "fp4")
-_DTYPE_FORMATS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_DTYPE_FORMATS = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 STORAGE_KEYS = ("experts", "dense", "other")  # routed experts; the rest but `other`; lm_head, routers, embeddings
 
 

@@ -3,6 +3,7 @@
     python -m ecospec.bench.verify_latency --model qwen3 --layers 4 --gammas 4,8,16 \\
         --impls eager,grouped_mm,batched_mm --device cuda --out experiments/fig1a
     python -m ecospec.bench.verify_latency --model gptoss --layers 1 --gammas 4 --scale 0.02 --device cpu
+    python -m ecospec.bench.verify_latency --model tiny --layers 20 --gammas 6 --engine eager,compiled --threads 1
 
 What is built: `--layers` decoder layers of the model's own transformers class (Qwen3MoeDecoderLayer,
 GptOssDecoderLayer, DeepseekV3DecoderLayer, MixtralDecoderLayer) from the HF config in conf/model/<name>.yaml
@@ -426,8 +427,15 @@ def run(
     peak_tbps: float | None = None,
     seed: int = 0,
     echo: Callable[[str], None] | None = print,
+    engines: Sequence[str] = ("eager",),
 ) -> list[dict]:
-    """Time every (impl, γ, E) point (and the AR pass per impl), write one record each under `out`, return them."""
+    """Time every (impl, γ, E) point (and the AR pass per impl), write one record each under `out`, return them.
+    `engines`: eager (transformers' decoder layers, one record per impl) and/or compiled (`bench.verify_compiled`:
+    the compiled engine's verify step, impl `compiled`; Qwen3-MoE on a CPU)."""
+    if not engines or set(engines) - {"eager", "compiled"}:
+        raise ValueError(f"engines={list(engines)!r}: a non-empty list from eager, compiled")
+    if "compiled" in engines and torch.device(device).type != "cpu":
+        raise ValueError("--engine compiled: the compiled engine's expert kernel is a CPU one; no GPU has run it yet")
     from ecospec.experiment.records import environment, hardware, now, write_json_atomic
 
     settings = {"layers": layers, "gammas": list(gammas), "impls": list(impls), "scale": scale, "points": points,
@@ -445,7 +453,7 @@ def run(
     hw = hardware(device)
     peak_bps, peak_source = peak(device, hw, peak_tbps)
     env = environment(device)
-    use, skipped = available_impls(impls)
+    use, skipped = available_impls(impls) if "eager" in engines else ([], {})
     if echo:
         width = getattr(config, "moe_intermediate_size", None) or config.intermediate_size
         echo(f"{model['name']}: {layers} x {type(stack.layers[0]).__name__} (hidden {config.hidden_size}, expert width "
@@ -498,6 +506,12 @@ def run(
                         frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
                         echo(f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
                              f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}")  # fmt: skip
+    if "compiled" in engines:
+        from ecospec.bench.verify_compiled import run_compiled
+
+        records += run_compiled(model, config, dtype, label, checkpoint_format, layers, scale, gammas, points, experts,
+                                repeats, warmup, prefix, seed, where, env, hw, echo)  # fmt: skip
+        use = [*use, "compiled"]
     if echo:
         from ecospec.analysis.cost import fit_latency
 
@@ -534,13 +548,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--peak-tbps", type=float, default=None, help="HBM peak in TB/s (default: the detected GPU's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--engine", default="eager", help="eager (transformers' layers, --impls) and/or compiled (the "
+                   "compiled engine's verify step; Qwen3-MoE, CPU), comma-separated")  # fmt: skip
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
         run(a.model, layers=a.layers, gammas=a.gammas, impls=[i for i in a.impls.split(",") if i], scale=a.scale,
             device=a.device, out=a.out, points=a.points, experts=a.experts, repeats=a.repeats, warmup=a.warmup,
-            prefix=a.prefix, peak_tbps=a.peak_tbps, seed=a.seed)  # fmt: skip
+            prefix=a.prefix, peak_tbps=a.peak_tbps, seed=a.seed, engines=a.engine.split(","))  # fmt: skip
     except (ValueError, FileNotFoundError) as e:
         print(f"verify_latency: {e}", file=sys.stderr)
         return 2

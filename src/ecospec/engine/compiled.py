@@ -155,17 +155,19 @@ def _own_forward(static: StaticQwen3):
                             static)  # fmt: skip
 
 
-def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = ()) -> CompiledTarget:
+def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
+            forced_routing: bool = False) -> CompiledTarget:  # fmt: skip
     """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots,
-    and warm them up (timed: `compile_s`). The same arguments give the same prepared object within a process."""
-    key = (id(target), gamma, max_len, tuple(hidden_layers))
+    and warm them up (timed: `compile_s`). The same arguments give the same prepared object within a process.
+    `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark)."""
+    key = (id(target), gamma, max_len, tuple(hidden_layers), forced_routing)
     if key in _PREPARED:
         return _PREPARED[key]
     reason = refusal(target)
     if reason:
         raise ValueError(reason)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
-    static = StaticQwen3(target, max_len, tuple(hidden_layers))
+    static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
     step = torch.compile(
         _own_forward(static), dynamic=False, fullgraph=True,
         options={"cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},

@@ -58,9 +58,12 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
         row = progress.rows.get(key)
         if row is None:
             ids = encode_turn(comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True))
+            drafter = None if ar else comp.drafter
+            # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
+            engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"])
             t0, c0 = clock_now()
             res = ecospec.generate(
-                comp.target, torch.tensor([ids]), drafter=None if ar else comp.drafter,
+                comp.target, torch.tensor([ids]), drafter=drafter, engine=engine,
                 selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
                 depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
                 max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
@@ -207,6 +210,8 @@ def ar_key(cfg: dict, hardware: str, clock: str = "wall") -> dict:
            "ar_peer": peer}  # fmt: skip
     if clock != "wall":  # wall-clock baselines keep the keys they had before the knob
         key["clock"] = clock
+    if cfg.get("engine", "eager") != "eager":  # so do eager ones: an AR of another engine is another baseline
+        key["engine"] = cfg["engine"]
     return key
 
 
@@ -322,6 +327,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
     ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches, clock)
     pairing = "paired" if own is not None else ("weakly paired" if ar.get("timing") else "none")
+    record["env"].update(comp.engine.env())  # engine, compile_s (the warm-up, outside every timing)
     _fill(record, comp, d, rows, batches, ar, clock, why, pairing)
     kept_names = record.pop("_kept", [])
     if kept_names:

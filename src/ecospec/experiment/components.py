@@ -7,13 +7,14 @@ import importlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kind, predictor_path
+from ecospec.experiment.engines import CellEngine
 
 RANDOM_BACKBONE = {
     "model_type": "qwen3", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
@@ -28,6 +29,7 @@ class Components:
     drafter: Any = None  # None: autoregressive
     predictor: Any = None  # ExpertPredictor, "oracle" or None
     predictor_accuracy: float | None = None  # held-out top-k accuracy stored with the checkpoint
+    engine: CellEngine = field(default_factory=CellEngine)  # eager | compiled (shared by a job's methods)
 
 
 def pick_device(name: str) -> torch.device:
@@ -251,4 +253,5 @@ def load_components(cfg: dict, device: torch.device, loaded: Components | None =
         predictor, accuracy = _predictor(model, target)
     elif method.get("predictor") == "oracle":
         predictor = "oracle"
-    return Components(target, tokenizer, drafter, predictor, accuracy)
+    engine = loaded.engine if loaded is not None else CellEngine(cfg.get("engine") or "eager")
+    return Components(target, tokenizer, drafter, predictor, accuracy, engine)

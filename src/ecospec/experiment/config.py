@@ -52,8 +52,11 @@ CELL_KEYS = (
     "split",  # heldout (the paper's protocol) or all: which prompts num_prompts counts in
     "trace_steps",  # what the record holds
     "backend",  # hf (our engine) or vllm: identity only when not hf, with the server settings that change what runs
+    "engine",  # eager | compiled (our engine's forward): identity only when not eager
 )
 BACKENDS = ("hf", "vllm")
+ENGINES = ("eager", "compiled")  # engine.compiled.ENGINES (not imported: validation loads no torch)
+COMPILED_DRAFTERS = ("eagle3", "gto", "draft_model")  # what engine=compiled drafts with (engine.compiled.refusal)
 # what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
 VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
 VLLM_METHODS = ("ar", "eagle3", "mtp", "draft", "ngram")  # vllm_backend.args.METHODS (not imported: stdlib here)
@@ -103,6 +106,8 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     if out.get("expert_budget") is None:
         out.pop("expert_budget")
         out.pop("budget_policy")
+    if out.get("engine") in (None, "eager"):  # what every cell ran before the knob existed
+        out.pop("engine")
     backend = out.pop("backend", None) or {"name": "hf"}
     if backend.get("name", "hf") != "hf":  # an hf cell keeps the id it had before the knob existed
         out["backend"] = {k: backend.get(k) for k in VLLM_IDENTITY}
@@ -188,6 +193,8 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
     head = "-".join([c["model"]["name"], c["method"]["name"], c["dataset"]["name"]])
     if "backend" in c:
         head += f"-{c['backend']['name']}"
+    if "engine" in c:
+        head += f"-{c['engine']}"
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
@@ -466,6 +473,30 @@ CLOCKS = ("auto", "wall", "thread_cpu")  # experiment.clock.CLOCKS (not imported
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
 
 
+def _validate_engine(d: Mapping) -> None:
+    """engine=compiled's scope (docs/engine.md, The compiled engine): one line for what it does not run yet."""
+    engine = d.get("engine") or "eager"
+    if engine not in ENGINES:
+        raise _bad("engine", engine, f"allowed: {', '.join(ENGINES)}")
+    if engine == "eager":
+        return
+    family = model_family(d["model"])
+    if family is not None and family != "qwen3_moe":
+        raise _bad("engine", engine, f"the compiled engine runs Qwen3-MoE targets only (model={d['model']['name']} "
+                   f"is {family}); use engine=eager")  # fmt: skip
+    if d.get("batch_size", 1) != 1:
+        raise _bad("engine", engine, "the compiled engine decodes at batch_size=1 only (generate_batch is eager)")
+    if d.get("expert_budget") is not None:
+        raise _bad("engine", engine, "the compiled engine takes no expert budget (MoE-Spec) yet; use engine=eager")
+    if (d.get("backend") or {}).get("name", "hf") != "hf":
+        raise _bad("engine", engine, "engine is our engine's forward (backend=hf); vLLM compiles its own")
+    if (d.get("model") or {}).get("parallel") not in (None, "device_map"):
+        raise _bad("engine", engine, "the compiled engine runs on one process (no model.parallel=tp|ep)")
+    kind = drafter_kind(d)
+    if kind is not None and kind not in COMPILED_DRAFTERS:
+        raise _bad("engine", engine, f"the compiled engine drafts with {', '.join(COMPILED_DRAFTERS)}, not {kind}")
+
+
 def _validate_backend(d: dict, kind: str | None) -> bool:
     """The backend's own checks; True for a vLLM cell (fully checked here). What vLLM cannot run gets one line."""
     b = d.get("backend") or {"name": "hf"}
@@ -536,6 +567,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if not isinstance(d.get("seed"), int):
         raise _bad("seed", d.get("seed"), "must be an integer")
     _validate_budget(d)
+    _validate_engine(d)
 
     model, method, dataset = d["model"], d["method"], d["dataset"]
     _validate_model(model)

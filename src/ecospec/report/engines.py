@@ -1,0 +1,112 @@
+"""The engine-by-method table (`experiment=engines`): EAGLE-3 and EcoSpec under the eager and the compiled engine,
+averaged over the benchmarks both engines ran, with each speedup's interval and, per engine, EcoSpec against EAGLE-3
+with a paired interval (`report.compare`): does the cost-aware gain grow or vanish when the per-forward overhead
+goes?
+
+    python -m ecospec.report.engines --records experiments/engines --out reports/tiny     # writes engines.md
+
+Columns: speedup (over the same engine's AR, interleaved in the job) with its interval, α, E, T_verify (ms per
+verify pass), T_draft / T_AR (the draft tree's time over an AR step of the same engine), T_pred / T_verify (the
+expert predictor's time over the verify pass), then each benchmark's speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ecospec.report.compare import change, mean_interval, ratio_interval
+
+METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
+
+
+def cells(records_dir: Path) -> pd.DataFrame:
+    """One row per ok cell record under `records_dir` of a method in METHODS: engine, method, dataset, summary."""
+    rows = []
+    for path in sorted(Path(records_dir).glob("*/result.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("status") != "ok" or rec["config"]["method"]["name"] not in METHODS:
+            continue
+        s = rec["summary"]
+        rows.append({
+            "engine": rec["config"].get("engine") or "eager", "method": rec["config"]["method"]["name"],
+            "dataset": rec["config"]["dataset"]["name"], "speedup": s["speedup"], "alpha": s["alpha"],
+            "E": s["experts_per_layer"], "t_verify_ms": 1e3 * s["t_verify_s"],
+            "draft_over_ar": s["t_draft_s"] / s["ar_t_step_s"], "pred_over_verify": s["t_pred_s"] / s["t_verify_s"],
+            "intervals": s.get("intervals"), "compile_s": rec["env"].get("compile_s"),
+        })  # fmt: skip
+    if not rows:
+        raise ValueError(
+            f"{records_dir}: no ok records of {', '.join(METHODS)} (run python run.py -m experiment=engines)"
+        )
+    return pd.DataFrame(rows)
+
+
+def _interval(iv) -> str:
+    return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
+
+
+def table(df: pd.DataFrame) -> str:
+    """The Markdown table (see the module docstring)."""
+    per = df.groupby(["engine", "method"])["dataset"].apply(set)
+    common = sorted(set.intersection(*per.tolist()))
+    df = df[df["dataset"].isin(common)]
+    head = ["Engine", "Method", "Speedup", "α", "E", "T_verify ms", "T_draft / T_AR", "T_pred / T_verify", *common]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by = {k: g.set_index("dataset").loc[common] for k, g in df.groupby(["engine", "method"])}
+    for engine in ("eager", "compiled"):
+        for method, label in METHODS.items():
+            g = by.get((engine, method))
+            if g is None:
+                continue
+            iv = mean_interval([r for _, r in g.iterrows()], "speedup")
+            per_bench = [f"{r.speedup:.2f}×{_interval(_cell_iv(r))}" for _, r in g.iterrows()]
+            lines.append(f"| {engine} | {label} | {g.speedup.mean():.2f}×{_interval(iv)} | {g.alpha.mean():.2f} | "
+                         f"{g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
+                         f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |")  # fmt: skip
+        a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
+        if a is not None and b is not None:
+            pairs = [(a.loc[d], b.loc[d]) for d in common]
+            out = []
+            for metric in ("speedup", "alpha", "E"):
+                r = ratio_interval(pairs, metric)
+                col = {"speedup": "speedup", "alpha": "alpha", "E": "E"}[metric]
+                est = r["estimate"] if r else a[col].mean() / b[col].mean()
+                out.append(change(est, r and r["low"], r and r["high"]))
+            bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
+            lines.append(f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | {out[2]} | | | | "
+                         + " | ".join(bench) + " |")  # fmt: skip
+    compile_s = df.groupby("engine")["compile_s"].apply(lambda x: [v for v in x if v is not None and not np.isnan(v)])
+    note = ""
+    if "compiled" in compile_s and compile_s["compiled"]:
+        c = compile_s["compiled"]
+        note = (
+            f"\n\nCompiled cells' warm-up (env.compile_s, outside every timing): {min(c):.1f}-{max(c):.1f} s per cell."
+        )
+    return "\n".join(lines) + note + "\n"
+
+
+def _cell_iv(row):
+    iv = row.intervals.get("speedup") if isinstance(row.intervals, dict) else None
+    return (iv["low"], iv["high"]) if iv else None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ecospec.report.engines", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=Path, default=Path("experiments/engines"))
+    p.add_argument("--out", type=Path, default=None, help="write engines.md there (else print)")
+    a = p.parse_args(argv)
+    text = table(cells(a.records))
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "engines.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
