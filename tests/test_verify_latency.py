@@ -287,3 +287,28 @@ def test_the_modeled_table_takes_the_fitted_profile():
     assert table.loc["B=16", "modeled H100 speedup"] == pytest.approx(
         modeled_step(cost, 2.3, 15.0, "H100", overhead_s=0.0)["speedup"]
     )
+
+
+def test_compiled_engine_option_refuses_what_it_cannot_time(tmp_path):
+    kw = dict(layers=1, gammas=[2], scale=SMALL, device="cpu", out=tmp_path, points=1, repeats=20, echo=None)
+    with pytest.raises(ValueError, match="Qwen3-MoE only"):
+        run("mixtral", engines=["compiled"], **kw)
+    with pytest.raises(ValueError, match="engines="):
+        run("qwen3", engines=["fast"], **kw)
+
+
+@pytest.mark.compiled
+def test_compiled_engine_records(tmp_path):
+    """`--engine compiled`: the compiled engine's verify step timed at exactly E experts per layer (the routes it
+    writes are checked against E before timing), one record per point, impl `compiled`."""
+    recs = run("tiny", layers=2, gammas=[4], device="cpu", out=tmp_path, points=2, repeats=20, warmup=1, echo=None,
+               engines=["compiled"])  # fmt: skip
+    assert {(r["impl"], r["gamma"], r["E"]) for r in recs} == {
+        ("compiled", 1, 4),
+        ("compiled", 4, 4),
+        ("compiled", 4, 16),
+    }
+    for r in recs:
+        assert r["engine"] == "compiled" and r["t_pass_s"] > 0 and len(r["times_s"]) == 20
+        assert r["bytes"] == r["layers"] * (r["E"] * r["expert_bytes"] + r["dense_layer_bytes"])
+    assert len(list(tmp_path.rglob(f"compiled-g4-E16{RECORD_SUFFIX}"))) == 1

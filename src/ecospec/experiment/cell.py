@@ -410,8 +410,10 @@ def one_line(record: dict) -> str:
         )
     iv = (s.get("intervals") or {}).get("speedup")
     band = f" [{iv['low']:.2f}, {iv['high']:.2f}]" if iv else ""
+    env = record.get("env") or {}
+    warm = f"  compiled, warm-up {env['compile_s']:.1f} s (untimed)" if env.get("engine") == "compiled" else ""
     return (
         f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
         f"speedup {s['speedup']:.2f}x{band} vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB "
-        "(est.)"
+        f"(est.){warm}"
     )
