@@ -51,7 +51,7 @@ def pvalue(counts, expected):
     return chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue
 
 
-def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS):
+def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS, engine="eager"):
     counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
     multi = 0
     for seed in range(runs):
@@ -67,6 +67,7 @@ def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS):
             max_new_tokens=3,
             seed=seed,
             eos_token_id=[],
+            engine=engine,
         )
         a, b = res.tokens[1:3]  # both decided by the first SD step
         counts[a * VOCAB + b] += 1
@@ -92,6 +93,19 @@ def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
         for r in res.results:
             ar[r.tokens[1] * VOCAB + r.tokens[2]] += 1
         assert pvalue(ar, expected) > 1e-3
+
+
+@pytest.mark.compiled
+def test_compiled_sd_sampling_matches_target(small_vocab):
+    """The same chi-squared test through the compiled engine (its verify graph's logits, the host's acceptance)."""
+    from ecospec.engine.compiled import prepare
+
+    target, draft, ids = small_vocab
+    expected = exact_joint(target, ids, 1.0, 1.0) * RUNS
+    prepared = prepare(target, gamma=5, max_len=128)
+    counts, multi = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0, engine=prepared)
+    assert multi > RUNS // 10
+    assert pvalue(counts, expected) > 1e-3
 
 
 def test_control_biased_acceptance_is_detected(small_vocab, monkeypatch):
