@@ -336,3 +336,28 @@ def test_ratio_cells_print_as_changes_marked_within_noise():
     assert change(1.04, 0.98, 1.09) == "+4 % [\u22122, +9] ≈"  # the interval holds no change: within noise
     assert change(0.9, 0.85, 0.95) == "\u221210 % [\u221215, \u22125]"
     assert change(1.04) == "+4 %"  # a record without per-prompt rows: the point ratio alone
+
+
+def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
+    """A compiled cell is a row of the engines table (report.engines), never a cell of the paper's tables, which
+    measure the eager regime; its frame row says its engine."""
+    from ecospec.report.engines import from_frame, table
+
+    pair = [_record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
+            for m in ("ecospec", "eagle3")]  # fmt: skip
+    compiled = copy.deepcopy(pair)
+    for r in compiled:
+        r["config"]["engine"] = "compiled"
+        r["cell_id"] += "-compiled"
+        r["summary"]["speedup"] = 0.5  # what no eager cell reads: it must stay out of Table 1
+    frame = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate(pair + compiled)).frame
+    assert list(frame["engine"]) == ["eager", "eager", "compiled", "compiled"]
+    text = table(from_frame(frame))
+    assert "| compiled | EcoSpec | 0.50×" in text and "| eager | EcoSpec vs EAGLE-3 |" in text
+    for i, r in enumerate(pair + compiled):
+        d = tmp_path / "records" / f"cell{i}"
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps(r))
+    build([tmp_path / "records"], tmp_path / "out")
+    assert "compiled | EAGLE-3" in (tmp_path / "out" / "engines.md").read_text()
+    assert "0.50×" not in (tmp_path / "out" / "table01_main.md").read_text()

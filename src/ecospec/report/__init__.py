@@ -87,7 +87,8 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     recs = load_records(sources, since)
-    hf = recs.frame[recs.frame["backend"] != "vllm"]  # our engine's records: E, phase times, traces
+    # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
+    hf = recs.frame[(recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager")]
     figures_job = _start_figures(hf, out / "figures")
     costs = model_costs(recs.model_configs, recs.storages)
     defaults = conf_defaults(recs.model_configs)
@@ -111,5 +112,11 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
     figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / "figures")
     written += [Path(p) for f in figures for p in f.files]
+    if ((recs.frame["engine"] == "compiled") & (recs.frame["status"] == "ok")).any():  # experiment=engines
+        from ecospec.report.engines import from_frame
+        from ecospec.report.engines import table as engines_table
+
+        (out / "engines.md").write_text(engines_table(from_frame(recs.frame)))
+        written.append(out / "engines.md")
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

@@ -111,7 +111,7 @@ def build_vllm(frame: pd.DataFrame, costs: Mapping, figures_dir: Path) -> tuple[
     if df.empty:
         remove_stale(figures_dir, [], FILE_NAME)
         return [], ["vLLM end-to-end (TPOT speedup vs batch size)"], []
-    hf = frame[frame["backend"] != "vllm"]
+    hf = frame[(frame["backend"] != "vllm") & (frame["engine"] == "eager")]  # the HF engine as the paper ran it
     note = (f"vLLM's server and load generator (`vllm bench serve`); TPOT = time per output token after the first, "
             f"mean over requests and rounds; speedup = AR TPOT / SD TPOT at the same concurrency B; α = vLLM's "
             f"acceptance length (bonus token counted). From {len(df)} records (sweeps: {sweeps(df)}).")  # fmt: skip
