@@ -28,19 +28,13 @@ VOCAB = 256
 def _model(config, dtype: torch.dtype, seed: int):
     from transformers import Qwen3MoeForCausalLM
 
+    from ecospec.bench.verify_latency import random_init_
+
     config = type(config)(**{**config.to_dict(), "vocab_size": VOCAB, "tie_word_embeddings": False})
     with torch.device("meta"):
         model = Qwen3MoeForCausalLM(config).to(dtype)
     model = model.to_empty(device="cpu").eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.fill_(1.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
+    random_init_(model, torch.Generator().manual_seed(seed))
     model.model.rotary_emb = type(model.model.rotary_emb)(config=config)  # its buffers were left empty on meta
     return model
 
@@ -50,7 +44,7 @@ def run_compiled(model_cfg: dict, config, dtype: torch.dtype, label: str, checkp
                  seed: int,
                  where: Path, env: dict, hw: str, echo: Callable[[str], None] | None) -> list[dict]:  # fmt: skip
     """Time every (γ, E) point and the AR step through the compiled engine; one record each under `where`."""
-    from ecospec.bench.verify_latency import e_values, forced_indices, shapes, timed
+    from ecospec.bench.verify_latency import e_values, forced_indices, layer_bytes, shapes, timed
     from ecospec.engine.compiled import prepare, refusal
     from ecospec.experiment.records import now, write_json_atomic
 
@@ -61,9 +55,7 @@ def run_compiled(model_cfg: dict, config, dtype: torch.dtype, label: str, checkp
     if reason:
         raise ValueError(reason)
     k, n = config.num_experts_per_tok, config.num_experts
-    layer = target.model.layers[0]
-    expert_bytes = sum(p.numel() * p.element_size() for p in layer.mlp.experts.parameters()) // n
-    dense_bytes = sum(p.numel() * p.element_size() for p in layer.parameters()) - expert_bytes * n
+    expert_bytes, dense_bytes = layer_bytes(target.model.layers[0])
     gen = torch.Generator().manual_seed(seed)
     max_len = -(-(prefix + max(gammas)) // 128) * 128
     records = []

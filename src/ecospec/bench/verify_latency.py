@@ -176,6 +176,18 @@ def layer_bytes(layer: torch.nn.Module) -> tuple[int, int]:
     return _bytes(experts) // experts.num_experts, _bytes(layer) - _bytes(experts)
 
 
+def random_init_(module: torch.nn.Module, generator: torch.Generator) -> None:
+    """The benchmark's random weights, in place: norms 1, biases 0, everything else normal(0, 0.02)."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=generator)
+
+
 def build_stack(config, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> Stack:
     """The config's decoder layers, built on the meta device, then materialised on `device` in `dtype` with random
     weights (normal(0, 0.02); norms 1, biases and buffers 0)."""
@@ -198,13 +210,7 @@ def build_stack(config, dtype: torch.dtype, device: torch.device | str, seed: in
     with torch.no_grad():
         for i, layer in enumerate(layers):
             layers[i] = layer = layer.to_empty(device=device).eval()
-            for name, p in layer.named_parameters():
-                if "norm" in name:
-                    p.fill_(1.0)
-                elif name.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.normal_(0.0, 0.02, generator=gen)
+            random_init_(layer, gen)
             for b in layer.buffers():
                 b.zero_()
     blocks = [layer.mlp for layer in layers]
