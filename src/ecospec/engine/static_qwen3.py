@@ -129,7 +129,6 @@ class StaticQwen3(nn.Module):
         self.hidden_layers = tuple(hidden_layers)
         self.num_layers = cfg.num_hidden_layers
         self.moe_index = {layer: j for j, layer in enumerate(info.moe_layers)}  # decoder layer -> routes row
-        self.target = [target]  # not a submodule: its parameters are shared, never registered twice
         self.attention_scaling = float(model.rotary_emb.attention_scaling)
         self.register_buffer("inv_freq", model.rotary_emb.inv_freq.detach().clone(), persistent=False)
         dev, dtype = target.device, target.dtype
@@ -154,13 +153,10 @@ class StaticQwen3(nn.Module):
 
     def _attention(self, w: dict, i: int, x, cos, sin, slots, mask):
         q_len = x.shape[0]
-        q = _rms(F.linear(x, w["q"], w["q_bias"]).view(q_len, -1, self.head_dim), w["q_norm"], w["q_eps"]).transpose(
-            0, 1
-        )
-        k = _rms(F.linear(x, w["k"], w["k_bias"]).view(q_len, -1, self.head_dim), w["k_norm"], w["k_eps"]).transpose(
-            0, 1
-        )
-        v = F.linear(x, w["v"], w["v_bias"]).view(q_len, -1, self.head_dim).transpose(0, 1)
+        heads = lambda name: F.linear(x, w[name], w[f"{name}_bias"]).view(q_len, -1, self.head_dim)  # noqa: E731
+        q = _rms(heads("q"), w["q_norm"], w["q_eps"]).transpose(0, 1)
+        k = _rms(heads("k"), w["k_norm"], w["k_eps"]).transpose(0, 1)
+        v = heads("v").transpose(0, 1)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         self.k_cache[i].index_copy_(1, slots, k)
