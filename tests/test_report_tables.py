@@ -345,15 +345,22 @@ def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
 
     pair = [_record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
             for m in ("ecospec", "eagle3")]  # fmt: skip
+    for r in pair:
+        r["experiment"] = "engines"  # one run, both engines (experiment=engines)
     compiled = copy.deepcopy(pair)
     for r in compiled:
         r["config"]["engine"] = "compiled"
         r["cell_id"] += "-compiled"
         r["summary"]["speedup"] = 0.5  # what no eager cell reads: it must stay out of Table 1
+    other = copy.deepcopy(pair[0])  # the same cell in another experiment (make tables reads them all)
+    other.update(experiment="tiny_repro", cell_id=other["cell_id"] + "-other")
+    other["summary"]["speedup"] = 9.99
     frame = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate(pair + compiled)).frame
     assert list(frame["engine"]) == ["eager", "eager", "compiled", "compiled"]
     text = table(from_frame(frame))
     assert "| compiled | EcoSpec | 0.50×" in text and "| eager | EcoSpec vs EAGLE-3 |" in text
+    mixed = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate([other, *pair, *compiled])).frame
+    assert table(from_frame(mixed)) == text  # one run's engines: the other experiment's cell stays out
     for i, r in enumerate(pair + compiled):
         d = tmp_path / "records" / f"cell{i}"
         d.mkdir(parents=True)

@@ -5,7 +5,7 @@ goes?
 
     python -m ecospec.report.engines --records experiments/engines --out reports/tiny     # writes engines.md
 
-`make tables` writes the same table (without the warm-up line) wherever its records hold compiled cells; the
+`make tables` writes the same table wherever its records hold compiled cells; the
 paper's tables take the eager cells only (the regime the paper measured).
 
 Columns: speedup (over the same engine's AR, interleaved in the job) with its interval, α, E, T_verify (ms per
@@ -16,47 +16,32 @@ expert predictor's time over the verify pass), then each benchmark's speedup.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ecospec.report.compare import change, mean_interval, ratio_interval
+from ecospec.report.records import load_records
 
 METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
 
 
-def cells(records_dir: Path) -> pd.DataFrame:
-    """One row per ok cell record under `records_dir` of a method in METHODS: engine, method, dataset, summary."""
-    rows = []
-    for path in sorted(Path(records_dir).glob("*/result.json")):
-        rec = json.loads(path.read_text())
-        if rec.get("status") != "ok" or rec["config"]["method"]["name"] not in METHODS:
-            continue
-        s = rec["summary"]
-        rows.append({
-            "engine": rec["config"].get("engine") or "eager", "method": rec["config"]["method"]["name"],
-            "dataset": rec["config"]["dataset"]["name"], "speedup": s["speedup"], "alpha": s["alpha"],
-            "E": s["experts_per_layer"], "t_verify_ms": 1e3 * s["t_verify_s"],
-            "draft_over_ar": s["t_draft_s"] / s["ar_t_step_s"], "pred_over_verify": s["t_pred_s"] / s["t_verify_s"],
-            "intervals": s.get("intervals"), "compile_s": rec["env"].get("compile_s"),
-        })  # fmt: skip
-    if not rows:
-        raise ValueError(
-            f"{records_dir}: no ok records of {', '.join(METHODS)} (run python run.py -m experiment=engines)"
-        )
-    return pd.DataFrame(rows)
-
-
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """`cells` from `make tables`' records frame (report.records): our engine's ok cells of METHODS."""
+    """The table's cells from the records frame (report.records): our engine's ok cells of METHODS in the newest
+    experiment that ran compiled cells (`make tables` reads every experiment; the table compares one run's
+    engines), the newest record of each engine, method and benchmark."""
     f = frame[(frame["status"] == "ok") & (frame["backend"] != "vllm") & frame["method"].isin(list(METHODS))]
+    compiled = f[f["engine"] == "compiled"].sort_values("finished")
+    if compiled.empty:
+        raise ValueError(f"no compiled ok records of {', '.join(METHODS)} (run python run.py -m experiment=engines)")
+    f = f[f["experiment"] == compiled["experiment"].iloc[-1]].sort_values("finished")
+    f = f.drop_duplicates(["engine", "method", "dataset"], keep="last")
     return pd.DataFrame({
         "engine": f["engine"], "method": f["method"], "dataset": f["dataset"], "speedup": f["speedup"],
         "alpha": f["alpha"], "E": f["E"], "t_verify_ms": 1e3 * f["t_verify_s"],
         "draft_over_ar": f["t_draft_s"] / f["ar_t_step_s"], "pred_over_verify": f["t_pred_s"] / f["t_verify_s"],
-        "intervals": f["intervals"], "compile_s": np.nan,
+        "intervals": f["intervals"], "compile_s": f["compile_s"],
     }).reset_index(drop=True)  # fmt: skip
 
 
@@ -88,8 +73,7 @@ def table(df: pd.DataFrame) -> str:
             out = []
             for metric in ("speedup", "alpha", "E"):
                 r = ratio_interval(pairs, metric)
-                col = {"speedup": "speedup", "alpha": "alpha", "E": "E"}[metric]
-                est = r["estimate"] if r else a[col].mean() / b[col].mean()
+                est = r["estimate"] if r else a[metric].mean() / b[metric].mean()
                 out.append(change(est, r and r["low"], r and r["high"]))
             bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
             lines.append(f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | {out[2]} | | | | "
@@ -114,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--records", type=Path, default=Path("experiments/engines"))
     p.add_argument("--out", type=Path, default=None, help="write engines.md there (else print)")
     a = p.parse_args(argv)
-    text = table(cells(a.records))
+    text = table(from_frame(load_records([a.records]).frame))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "engines.md").write_text(text)

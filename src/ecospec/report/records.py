@@ -47,7 +47,7 @@ SUMMARY = (
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
     "model_gamma", "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint",
-    "hardware", "device", "backend", "backend_tp", "engine", "quantization", "alpha", "E",
+    "hardware", "device", "backend", "backend_tp", "engine", "compile_s", "quantization", "alpha", "E",
     *SUMMARY[1:], "expert_load", "trace", "routes",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
@@ -182,6 +182,7 @@ def _row(rec: dict, path: Path) -> dict:
         "backend": (cfg.get("backend") or {}).get("name") or "hf",
         "backend_tp": (cfg.get("backend") or {}).get("tp"),
         "engine": cfg.get("engine") or "eager",  # our engine's forward: eager (every record before the knob) | compiled
+        "compile_s": env.get("compile_s"),  # a compiled cell's warm-up (outside its timings)
         "quantization": (env.get("storage") or {}).get("quantization"),
         "E": s.get("experts_per_layer"),
         **{k: s.get(k) for k in SUMMARY},
