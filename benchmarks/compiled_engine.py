@@ -1,7 +1,9 @@
 """The compiled engine against the eager one on the embedded default: AR, EAGLE-3 and EcoSpec through both engines,
 interleaved prompt by prompt in one process, greedy tokens, α and E per verify pass checked equal, time per token of
 each (the decoding thread's CPU time, one torch thread), the compile warm-up, and per engine the line of a full
-verify pass's latency (wall) against its unique experts per layer.
+verify pass's latency (wall) against its unique experts per layer, and the shares of a step (T_draft / T_AR,
+T_pred / T_verify) under each engine: the compiled engine compiles the EAGLE-3 head's draft steps and the
+predictor's pass too, so these shares must not grow with it.
 
     python benchmarks/compiled_engine.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
 
@@ -48,6 +50,7 @@ def main() -> None:
     compile_s = time.perf_counter() - t0
     cpu = {(m, e): 0.0 for m in METHODS for e in ("eager", "compiled")}
     count = dict.fromkeys(cpu, 0)
+    parts = {key: dict.fromkeys(("t_draft", "t_pred", "t_verify", "t_total", "steps"), 0.0) for key in cpu}
     flips, same_steps = [], True
     passes = {"eager": [], "compiled": []}  # (mean unique experts per layer, verify seconds) of full γ-token passes
     for i, ids in enumerate(prompts):
@@ -62,6 +65,10 @@ def main() -> None:
                 outs[engine] = ecospec.generate(target, ids, max_new_tokens=a.tokens, engine=run, **args)
                 cpu[method, engine] += time.thread_time() - c0
                 count[method, engine] += len(outs[engine].tokens)
+                for st in outs[engine].steps:
+                    for part in ("t_draft", "t_pred", "t_verify", "t_total"):
+                        parts[method, engine][part] += getattr(st, part)
+                    parts[method, engine]["steps"] += 1
                 passes[engine] += [(sum(st.experts) / len(st.experts), st.t_verify) for st in outs[engine].steps
                                    if method != "AR" and st.verified == a.gamma]  # fmt: skip
             e, c = outs["eager"], outs["compiled"]
@@ -81,6 +88,7 @@ def main() -> None:
         "speedup_vs_eager": {m: round(ms[f"{m} eager"] / ms[f"{m} compiled"], 2) for m in METHODS},
         "sd_vs_ar": {f"{m} {e}": round(ms[f"AR {e}"] / ms[f"{m} {e}"], 2) for m in METHODS if m != "AR"
                      for e in ("eager", "compiled")},
+        "shares": _shares(parts),
         "flips": flips, "steps_equal_where_tokens_equal": bool(same_steps),
         "verify_vs_experts": {e: _line(passes[e]) for e in passes},
     }  # fmt: skip
@@ -88,6 +96,24 @@ def main() -> None:
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "compiled_engine.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _shares(parts: dict) -> dict:
+    """Per SD method and engine, the step's parts as the engines table has them (wall time, means per step): the
+    drafting against the same engine's AR step (T_draft / T_AR) and the predictor against the verify pass."""
+    out = {}
+    for (method, engine), p in parts.items():
+        if method == "AR" or not p["steps"]:
+            continue
+        ar = parts["AR", engine]
+        t_ar = ar["t_total"] / ar["steps"]
+        out[f"{method} {engine}"] = {"ms_draft": round(1e3 * p["t_draft"] / p["steps"], 3),
+                                     "ms_pred": round(1e3 * p["t_pred"] / p["steps"], 3),
+                                     "ms_verify": round(1e3 * p["t_verify"] / p["steps"], 3),
+                                     "ms_ar_step": round(1e3 * t_ar, 3),
+                                     "draft_over_ar": round(p["t_draft"] / p["steps"] / t_ar, 3),
+                                     "pred_over_verify": round(p["t_pred"] / p["t_verify"], 3)}  # fmt: skip
+    return out
 
 
 def _line(points: list[tuple[float, float]]) -> dict:

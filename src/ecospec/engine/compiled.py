@@ -14,14 +14,12 @@ CUDA graphs later (not done: no GPU has run it).
 
 from __future__ import annotations
 
-import os
 import time
-import types
 from dataclasses import dataclass, field
 
 import torch
 
-from ecospec.cache import cache_root
+from ecospec.engine.graphs import compile_method
 from ecospec.engine.static_qwen3 import StaticQwen3
 from ecospec.engine.tree import ancestor_mask
 from ecospec.models.adapters import moe_info
@@ -38,7 +36,7 @@ def refusal(target, drafter=None, expert_budget=None) -> str | None:
         return f"engine=compiled needs SwiGLU experts (hidden_act silu, got {target.config.hidden_act})"
     if expert_budget is not None:
         return "engine=compiled does not take an expert budget (MoE-Spec) yet; use engine=eager"
-    if drafter is not None and type(drafter).__name__ not in ("Eagle3Drafter", "DraftModelDrafter"):
+    if drafter is not None and type(drafter).__name__ not in ("Eagle3Drafter", "CompiledEagle3", "DraftModelDrafter"):
         return f"engine=compiled takes EAGLE-3 heads and draft models as drafters, not {type(drafter).__name__}"
     return toolchain_missing()
 
@@ -145,16 +143,6 @@ class CompiledTarget:
 _PREPARED: dict[tuple, CompiledTarget] = {}
 
 
-def _own_forward(static: StaticQwen3):
-    """`static.forward` on a code object of its own. Dynamo keeps compiled graphs per code object, and the step skips
-    the guards on module attributes (evaluating them cost ~0.8 ms a call), so two prepared objects (another target,
-    other hidden layers) must never share one: each gets its own copy of the code."""
-    fn = StaticQwen3.forward
-    code = fn.__code__.replace(co_name=f"forward_{len(_PREPARED)}")
-    return types.MethodType(types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__),
-                            static)  # fmt: skip
-
-
 def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
             forced_routing: bool = False) -> CompiledTarget:  # fmt: skip
     """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots,
@@ -166,12 +154,8 @@ def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] 
     reason = refusal(target)
     if reason:
         raise ValueError(reason)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
-    step = torch.compile(
-        _own_forward(static), dynamic=False, fullgraph=True,
-        options={"cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},
-    )  # fmt: skip
+    step = compile_method(static, StaticQwen3.forward)
     prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers))
     t0 = time.perf_counter()
     with torch.inference_mode():

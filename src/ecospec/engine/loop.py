@@ -19,6 +19,8 @@ from ecospec.engine.compiled import ENGINES, CompiledTarget, prepare, refusal
 from ecospec.engine.forward import attention_layout, compact_cache, forward_block, new_cache
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace
 from ecospec.engine.routing import RoutingCapture, expert_bitmasks, pass_counts
+from ecospec.engine.static_eagle3 import prepare_drafter
+from ecospec.engine.static_predictor import prepare_predictor
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
 from ecospec.models.adapters import moe_info
 from ecospec.selection import POLICIES, select
@@ -99,6 +101,10 @@ def generate(
     _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
     static = _compiled(engine, target, drafter, expert_budget, block, input_ids.shape[1] + max_new_tokens + block)
+    if static is not None:  # the EAGLE-3 head's draft steps and the predictor's pass are compiled too
+        drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=static.max_len)
+        if selector in COST_AWARE:
+            predictor = prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=static.max_len)
     info = moe_info(target)
     layout = attention_layout(target.config, target)
     device = target.device

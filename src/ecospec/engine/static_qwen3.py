@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ecospec.cache import cache_root
+from ecospec.engine.graphs import visible_slots
 from ecospec.models.adapters import moe_info
 
 KERNEL_SOURCE = Path(__file__).parent / "kernels" / "expert_mlp.cpp"
@@ -185,9 +186,7 @@ class StaticQwen3(nn.Module):
         head = self.head_weights
         q = tokens.shape[0]
         slots = start + self.slot_ids[:q]
-        rel = self.slot_ids[None, :] - start  # [1, max_len]: a key's slot relative to the block
-        inside = (rel >= 0) & (rel < q)
-        visible = (rel < 0) | (inside & tree.gather(1, rel.clamp(0, q - 1).expand(q, -1)))
+        visible = visible_slots(self.slot_ids, start, tree)
         x = F.embedding(tokens, head["embed"])
         freqs = pos[:, None].float() * self.inv_freq[None]
         emb = torch.cat((freqs, freqs), dim=-1)

@@ -15,6 +15,7 @@ import ecospec
 from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
+from ecospec.engine.loop import COST_AWARE
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import Components, load_components
@@ -60,11 +61,14 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             ids = encode_turn(comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True))
             drafter = None if ar else comp.drafter
             # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
-            engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"])
+            predictor = None if ar else comp.predictor
+            engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"],
+                                            predictor=predictor if method["selector"] in COST_AWARE else None,
+                                            depth=cfg["depth"], topk=cfg["topk"])  # fmt: skip
             t0, c0 = clock_now()
             res = ecospec.generate(
                 comp.target, torch.tensor([ids]), drafter=drafter, engine=engine,
-                selector=method["selector"], predictor=None if ar else comp.predictor, gamma=cfg["gamma"],
+                selector=method["selector"], predictor=predictor, gamma=cfg["gamma"],
                 depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
                 max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
                 **_budget(cfg, method),

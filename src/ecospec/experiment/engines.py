@@ -3,8 +3,10 @@
 `eager` hands "eager" through. `compiled` prepares the target once per block size (1 for AR, γ for SD) and cache
 size, before the decode's clock starts, so the warm-up (inductor compiling, or loading its graphs from
 `$ECOSPEC_CACHE/inductor`) is never part of a cell's timings: it is summed into `compile_s` (the record's
-`env.compile_s`). Cache sizes come in steps of `SLOTS`, so one prepared target serves every prompt of a usual cell;
-a longer sequence (a multi-turn prompt) prepares the next size up, and its warm-up is counted too.
+`env.compile_s`); `env.compiled_parts` says what ran compiled (the target, an EAGLE-3 head's draft steps, the
+expert predictor's pass; a draft model and the oracle's look-up pass stay eager). Cache sizes come in steps of
+`SLOTS`, so one prepared target serves every prompt of a usual cell; a longer sequence (a multi-turn prompt)
+prepares the next size up, and its warm-up is counted too.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ class CellEngine:
     name: str = "eager"
     compile_s: float = 0.0
     prepared: dict = field(default_factory=dict)  # (block, slots, hidden layers) -> CompiledTarget
+    parts: set = field(default_factory=set)  # what ran compiled: target, eagle3_head, predictor
+    _counted: set = field(default_factory=set)  # the compiled drafters and predictors whose warm-up is counted
 
-    def for_decode(self, target, drafter, gamma: int, prompt_len: int, max_new_tokens: int):
-        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length."""
+    def for_decode(self, target, drafter, gamma: int, prompt_len: int, max_new_tokens: int, predictor=None,
+                   depth: int = 3, topk: int = 2):  # fmt: skip
+        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length (with the
+        EAGLE-3 head's draft steps and the predictor's pass prepared too: `ecospec.generate` finds them ready)."""
         if self.name == "eager":
             return "eager"
         from ecospec.engine.compiled import prepare, refusal
+        from ecospec.engine.static_eagle3 import prepare_drafter
+        from ecospec.engine.static_predictor import prepare_predictor
 
         reason = refusal(target, drafter)
         if reason:
@@ -36,6 +44,17 @@ class CellEngine:
         if key not in self.prepared:
             self.prepared[key] = prepared = prepare(target, gamma=block, max_len=slots, hidden_layers=hidden)
             self.compile_s += prepared.compile_s
+            self.parts.add("target")
+        if drafter is not None:
+            for part, obj, made in (
+                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=slots)),
+                ("predictor", predictor, prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk,
+                                                           max_len=slots)),
+            ):  # fmt: skip
+                if made is not obj and id(made) not in self._counted:  # compiled here: its warm-up is counted once
+                    self._counted.add(id(made))
+                    self.compile_s += made.compile_s
+                    self.parts.add(part)
         return self.prepared[key]
 
     def env(self) -> dict:
@@ -47,4 +66,5 @@ class CellEngine:
             "engine": self.name,
             "compile_s": round(self.compile_s, 2),
             "compiled_shapes": [list(x) for x in shapes],
+            "compiled_parts": sorted(self.parts),
         }  # (block, cache slots) of each

@@ -1,0 +1,192 @@
+"""The expert predictor's step written for a compiler: a KV cache allocated once and one fixed block shape.
+
+    predictor = prepare_predictor(ExpertPredictor.load(...), gamma=6, depth=3, topk=2, max_len=512)
+
+`CompiledPredictor.predict` gives `ExpertPredictor.predict`'s expert bitmasks. Its one pass a step takes a block of
+γ + (tree size) entries: the m <= γ tokens the step committed (causal behind the cached context; the rest of the γ
+rows are dummies that see only themselves) and the draft tree's nodes (each sees the context, the new tokens, its
+ancestors and itself; a smaller tree is padded with dummies). The graph ends in each layer's top-k experts of the
+root and the nodes, so the host reads [L, 1 + nodes, k] ids once. The first call (the prompt) and any larger block
+run the same code uncompiled. The weights are shared with the predictor (no copy).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ecospec.engine.graphs import compile_method, visible_slots
+from ecospec.engine.routing import expert_bitmasks
+from ecospec.engine.tree import DraftTree
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`predictor.model._rms` (HF's RMSNorm: one op in float32, else normalised in float32)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+
+
+def _layer_weights(layer) -> dict:
+    a, mlp = layer.self_attn, layer.mlp
+    w = {"ln1": layer.input_layernorm.weight, "ln1_eps": layer.input_layernorm.variance_epsilon,
+         "ln2": layer.post_attention_layernorm.weight, "ln2_eps": layer.post_attention_layernorm.variance_epsilon,
+         "act": mlp.act_fn, "scaling": a.scaling, "head_dim": a.head_dim, "q_norm": None}  # fmt: skip
+    for name in ("q", "k", "v", "o"):
+        proj = getattr(a, f"{name}_proj")
+        w[name], w[f"{name}_bias"] = proj.weight, proj.bias
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        proj = getattr(mlp, name)
+        w[name], w[f"{name}_bias"] = proj.weight, proj.bias
+    if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
+        w.update(q_norm=a.q_norm.weight, q_eps=a.q_norm.variance_epsilon, k_norm=a.k_norm.weight,
+                 k_eps=a.k_norm.variance_epsilon)  # fmt: skip
+    return w
+
+
+class StaticPredictor(nn.Module):
+    """The predictor's backbone over a static KV cache [layers, kv heads, slots, head dim] (`forward` below)."""
+
+    def __init__(self, predictor, max_len: int):
+        super().__init__()
+        bb, c = predictor.backbone, predictor.config
+        dev, dtype = predictor.device, predictor.dtype
+        self.layers, self.experts, self.top_k = c.num_moe_layers, c.num_experts, c.top_k
+        a = bb.layers[0].self_attn
+        n_kv = bb.config.num_key_value_heads
+        shape = (len(bb.layers), n_kv, max_len, a.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
+        like = torch.zeros((), dtype=dtype, device=dev)
+        with torch.no_grad():
+            cos, sin = bb.rotary_emb(like, torch.arange(max_len, device=dev)[None])  # the eager path's RoPE table
+        self.register_buffer("cos", cos[0], persistent=False)
+        self.register_buffer("sin", sin[0], persistent=False)
+        self.weights = [_layer_weights(layer) for layer in bb.layers]
+        self.top = {"embed": predictor.embed.weight, "proj": predictor.proj.weight, "proj_bias": predictor.proj.bias,
+                    "norm": bb.norm.weight, "norm_eps": bb.norm.variance_epsilon, "head": predictor.head.weight,
+                    "head_bias": predictor.head.bias}  # fmt: skip
+
+    def forward(self, tokens, pos, slots, start, block, pick):
+        """Block `tokens` [q] at positions `pos` written at `slots`, seeing the slots before `start` and those
+        `block` [q, W] marks after it: the top-k experts [L, len(pick), k] of the rows `pick`."""
+        top = self.top
+        h = F.linear(F.embedding(tokens, top["embed"]), top["proj"], top["proj_bias"])
+        q = tokens.shape[0]
+        mask = visible_slots(self.slot_ids, start, block)[None, None]
+        cos, sin = self.cos[pos], self.sin[pos]
+        for i, w in enumerate(self.weights):
+            x = _rms(h, w["ln1"], w["ln1_eps"])
+            heads = (q, -1, w["head_dim"])
+            qs = F.linear(x, w["q"], w["q_bias"]).view(heads)
+            ks = F.linear(x, w["k"], w["k_bias"]).view(heads)
+            vs = F.linear(x, w["v"], w["v_bias"]).view(heads)
+            if w["q_norm"] is not None:
+                qs, ks = _rms(qs, w["q_norm"], w["q_eps"]), _rms(ks, w["k_norm"], w["k_eps"])
+            qs, ks, vs = qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1)
+            half = w["head_dim"] // 2
+            qs = qs * cos + torch.cat([-qs[..., half:], qs[..., :half]], -1) * sin
+            ks = ks * cos + torch.cat([-ks[..., half:], ks[..., :half]], -1) * sin
+            self.k_cache[i].index_copy_(1, slots, ks)
+            self.v_cache[i].index_copy_(1, slots, vs)
+            out = F.scaled_dot_product_attention(qs[None], self.k_cache[i][None], self.v_cache[i][None],
+                                                 attn_mask=mask, scale=w["scaling"], enable_gqa=True)  # fmt: skip
+            h = h + F.linear(out[0].transpose(0, 1).reshape(q, -1), w["o"], w["o_bias"])
+            x = _rms(h, w["ln2"], w["ln2_eps"])
+            gate = w["act"](F.linear(x, w["gate_proj"], w["gate_proj_bias"]))
+            h = h + F.linear(gate * F.linear(x, w["up_proj"], w["up_proj_bias"]), w["down_proj"], w["down_proj_bias"])
+        h = _rms(h.index_select(0, pick), top["norm"], top["norm_eps"])
+        logits = F.linear(h, top["head"], top["head_bias"]).unflatten(-1, (self.layers, self.experts))
+        return logits.topk(self.top_k, dim=-1).indices.transpose(0, 1)
+
+
+class CompiledPredictor:
+    """An `ExpertPredictor` whose decode pass runs compiled (the module docstring); batch size 1."""
+
+    def __init__(self, predictor, *, gamma: int, depth: int, topk: int, max_len: int):
+        self.predictor, self.config, self.gamma = predictor, predictor.config, gamma
+        self.nodes = topk + (depth - 1) * topk * topk  # `grow_tree`'s pool: k + (depth - 1) k^2
+        self.width = gamma + self.nodes
+        self.max_len = max_len
+        self.static = StaticPredictor(predictor, max_len + self.width)
+        dev = predictor.device
+        g, w = gamma, self.width
+        self._tokens = torch.zeros(w, dtype=torch.long, device=dev)
+        self._pos = torch.zeros(w, dtype=torch.long, device=dev)
+        self._slots = torch.zeros(w, dtype=torch.long, device=dev)
+        self._arange = torch.arange(w, device=dev)
+        self._start = torch.zeros((), dtype=torch.long, device=dev)
+        self._block = torch.zeros(w, w, dtype=torch.bool, device=dev)
+        self._base, self._pick = {}, {}
+        for m in range(1, g + 1):  # m new tokens causal, dummies seeing themselves; nodes see the new tokens
+            base = torch.eye(w, dtype=torch.bool, device=dev)
+            base[:m, :m] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
+            base[g:, :m] = True
+            self._base[m] = base
+            self._pick[m] = torch.tensor([m - 1, *range(g, w)], device=dev)
+        self.step = compile_method(self.static, StaticPredictor.forward)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            self.step(self._tokens, self._pos, self._slots, self._start, self._base[1], self._pick[1])
+        self.compile_s = time.perf_counter() - t0
+        self.reset()
+
+    def reset(self, rows: int = 1) -> None:
+        if rows != 1:
+            raise ValueError("engine=compiled predicts for one sequence at a time (batch size 1)")
+        self.length = 0  # committed tokens in the cache
+
+    @torch.no_grad()
+    def predict(self, new_tokens: torch.Tensor, tree: DraftTree) -> tuple[int, list[int]]:
+        """`ExpertPredictor.predict`: expert bitmasks of the root (last of `new_tokens` [1, m]) and every node."""
+        m, t, n, g = new_tokens.shape[1], len(tree), self.length, self.gamma
+        if n + max(m + t, self.width) > self.static.k_cache.shape[2]:
+            raise ValueError(f"the sequence needs more than the {self.max_len} slots the predictor was prepared for")
+        dev = self._start.device
+        node_pos = [n + m - 1 + d for d in tree.depths]
+        if m <= g and t <= self.nodes:
+            self._tokens[:m] = new_tokens[0]
+            self._pos[:g] = self._arange[:g] + n
+            torch.add(self._arange, n, out=self._slots)
+            if t:
+                self._tokens[g : g + t] = torch.tensor(tree.tokens)
+                self._pos[g : g + t] = torch.tensor(node_pos)
+            block = self._block
+            block.copy_(self._base[m])
+            sees = [(g + i, g + a) for i in range(t) for a in tree.path(i)[:-1]]
+            if sees:
+                block[[r for r, _ in sees], [c for _, c in sees]] = True
+            self._start.fill_(n)
+            routes = self.step(self._tokens, self._pos, self._slots, self._start, block, self._pick[m])[:, : 1 + t]
+        else:  # the prompt (or a larger block): the same pass uncompiled, new tokens then nodes
+            q = m + t
+            block = torch.ones(q, q, dtype=torch.bool, device=dev).tril()
+            block[m:, m:] = False
+            for i in range(t):
+                block[m + i, [m + a for a in tree.path(i)]] = True
+            tokens = torch.cat([new_tokens[0].to(dev), torch.tensor(tree.tokens, dtype=torch.long, device=dev)])
+            pos = torch.tensor([n + j for j in range(m)] + node_pos, device=dev)
+            pick = torch.tensor([m - 1, *range(m, q)], device=dev)
+            routes = self.static(tokens, pos, n + torch.arange(q, device=dev), torch.tensor(n, device=dev), block,
+                                 pick)  # fmt: skip
+        self.length = n + m
+        masks = expert_bitmasks(routes, self.config.num_experts)
+        return masks[0], masks[1:]
+
+
+_PREPARED: dict[tuple, CompiledPredictor] = {}
+
+
+def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int):
+    """The compiled form of an `ExpertPredictor` (prepared once per predictor and shapes); None, "oracle" and an
+    already compiled one are returned as they are."""
+    if predictor is None or isinstance(predictor, str | CompiledPredictor):
+        return predictor
+    key = (id(predictor), gamma, depth, topk, max_len, predictor.dtype)
+    if key not in _PREPARED:
+        _PREPARED[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
+    return _PREPARED[key]
