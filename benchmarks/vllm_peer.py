@@ -104,8 +104,10 @@ def main() -> int:
                  prepare_drafter(drafter, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots),
                  prepare_predictor(predictor, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots)]  # fmt: skip
         compile_s = sum(p.compile_s for p in [*run["compiled"].values(), *parts])
-        print(f"compiled engine: warm-up {compile_s:.1f} s (AR, chain of {a.gamma - 1}, tree at gamma {a.tree_gamma}; "
-              "their head, the predictor)")
+        print(
+            f"compiled engine: warm-up {compile_s:.1f} s (AR, chain of {a.gamma - 1}, tree at gamma {a.tree_gamma}; "
+            "their head, the predictor)"
+        )
     trees = {
         "EAGLE-3 tree": dict(depth=3, topk=2, selector="confidence"),
         "EcoSpec tree": dict(depth=3, topk=2, selector="ecospec", predictor=predictor),
