@@ -68,12 +68,15 @@ def test_compiled_step_matches_uncompiled():
         for tokens, pos, tree in blocks:
             start = torch.tensor(10)
             ref_logits, _ = static(tokens, pos, start, tree)
-            ref_routes, ref_keys = static.routes[:, : len(tokens)].clone(), static.k_cache[:, :, 10:15].clone()
-            static.k_cache[:, :, 10:].zero_()
+            keys = lambda: torch.stack(static.k_cache + static.v_cache)[:, :, 10:15]  # noqa: E731
+            ref_routes, ref_keys = static.routes[:, : len(tokens)].clone(), keys().clone()
+            for cache in static.k_cache + static.v_cache:
+                cache[:, 10:].zero_()
+            static.routes.zero_()
             logits, _ = step(tokens, pos, start, tree)
             torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
             assert torch.equal(static.routes[:, : len(tokens)], ref_routes)
-            torch.testing.assert_close(static.k_cache[:, :, 10:15], ref_keys, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(keys(), ref_keys, atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_engine_decodes_as_the_eager_one():
@@ -111,6 +114,26 @@ def test_compiled_engine_refusals():
     qwen = tiny_model("qwen3_moe-a")
     with pytest.raises(ValueError, match="expert budget"):
         ecospec.generate(qwen, torch.tensor([[5, 6, 7]]), engine="compiled", expert_budget=2)
+
+
+def test_compiled_engine_refused_without_its_toolchain(monkeypatch):
+    """No C++ compiler (CXX names none that works) or no ninja: one line naming what is missing, never eager."""
+    import torch._inductor.config as inductor_config
+    from torch.utils import cpp_extension
+
+    import ecospec
+
+    qwen, ids = tiny_model("qwen3_moe-a"), torch.tensor([[5, 6, 7]])
+    with monkeypatch.context() as m:
+        m.setattr(inductor_config.cpp, "cxx", (None, "/nonexistent/bin/g++"))
+        with pytest.raises(ValueError, match="needs a C\\+\\+ compiler .*/nonexistent/bin/g\\+\\+") as e:
+            ecospec.generate(qwen, ids, max_new_tokens=2, engine="compiled")
+        assert "\n" not in str(e.value)
+    with monkeypatch.context() as m:
+        m.setattr(cpp_extension, "is_ninja_available", lambda: False)
+        with pytest.raises(ValueError, match="needs ninja") as e:
+            ecospec.generate(qwen, ids, max_new_tokens=2, engine="compiled")
+        assert "\n" not in str(e.value)
 
 
 @pytest.mark.compiled

@@ -51,6 +51,10 @@ def toolchain_missing() -> str | None:
         return (
             f"engine=compiled needs a C++ compiler for torch inductor, none works here ({err}); set CXX or install g++"
         )
+    from torch.utils import cpp_extension
+
+    if not cpp_extension.is_ninja_available():
+        return "engine=compiled needs ninja to build its expert kernel, none found here; pip install ninja"
     return None
 
 
@@ -70,7 +74,7 @@ class CompiledTarget:
     routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
 
     def __post_init__(self):
-        dev = self.static.k_cache.device
+        dev = self.static.slot_ids.device
         self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
         self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
         self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}  # dummies see themselves
@@ -128,8 +132,8 @@ class CompiledTarget:
         start = self.length
         if path != list(range(len(path))):
             idx = torch.tensor(path, device=self._start.device) + start
-            for cache in (self.static.k_cache, self.static.v_cache):
-                cache[:, :, start : start + len(path)] = cache[:, :, idx]
+            for cache in (*self.static.k_cache, *self.static.v_cache):
+                cache[:, start : start + len(path)] = cache[:, idx]
         self.length = start + len(path)
 
     def take_routes(self) -> torch.Tensor:

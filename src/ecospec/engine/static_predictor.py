@@ -5,21 +5,23 @@
 `CompiledPredictor.predict` gives `ExpertPredictor.predict`'s expert bitmasks. Its one pass a step takes a block of
 γ + (tree size) entries: the m <= γ tokens the step committed (causal behind the cached context; the rest of the γ
 rows are dummies that see only themselves) and the draft tree's nodes (each sees the context, the new tokens, its
-ancestors and itself; a smaller tree is padded with dummies). The graph ends in each layer's top-k experts of the
-root and the nodes, so the host reads [L, 1 + nodes, k] ids once. The first call (the prompt) and any larger block
-run the same code uncompiled. The weights are shared with the predictor (no copy).
+ancestors and itself; a smaller tree is padded with dummies). The graph ends in the bitmasks of each layer's top-k
+experts of the root and the nodes, packed 32 bits to a word, so the host reads them once. The host writes the
+step's inputs into two buffers through numpy (one torch op a step less per field: on this CPU the predictor's host
+side cost as much as half its graph). The first call (the prompt) and any larger block run the same code
+uncompiled. The weights are shared with the predictor (no copy).
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ecospec.engine.graphs import compile_method, visible_slots
-from ecospec.engine.routing import expert_bitmasks
 from ecospec.engine.tree import DraftTree
 
 
@@ -48,7 +50,7 @@ def _layer_weights(layer) -> dict:
 
 
 class StaticPredictor(nn.Module):
-    """The predictor's backbone over a static KV cache [layers, kv heads, slots, head dim] (`forward` below)."""
+    """The predictor's backbone over a static KV cache ([kv heads, slots, head dim] a layer; `forward` below)."""
 
     def __init__(self, predictor, max_len: int):
         super().__init__()
@@ -57,9 +59,9 @@ class StaticPredictor(nn.Module):
         self.layers, self.experts, self.top_k = c.num_moe_layers, c.num_experts, c.top_k
         a = bb.layers[0].self_attn
         n_kv = bb.config.num_key_value_heads
-        shape = (len(bb.layers), n_kv, max_len, a.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        shape = (n_kv, max_len, a.head_dim)  # a tensor per layer: written in place (`StaticQwen3`'s docstring)
+        self.k_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in bb.layers]
+        self.v_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in bb.layers]
         self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
         like = torch.zeros((), dtype=dtype, device=dev)
         with torch.no_grad():
@@ -71,13 +73,15 @@ class StaticPredictor(nn.Module):
                     "norm": bb.norm.weight, "norm_eps": bb.norm.variance_epsilon, "head": predictor.head.weight,
                     "head_bias": predictor.head.bias}  # fmt: skip
 
-    def forward(self, tokens, pos, slots, start, block, pick):
-        """Block `tokens` [q] at positions `pos` written at `slots`, seeing the slots before `start` and those
-        `block` [q, W] marks after it: the top-k experts [L, len(pick), k] of the rows `pick`."""
+    def forward(self, ints, block, pick):
+        """A block of tokens ints[0] [q] at positions ints[1] written at slots ints[2] (consecutive), seeing the
+        slots before ints[2, 0] and those `block` [q, W] marks after it: the expert bitmasks of the rows `pick`,
+        packed (`pack_bitmasks`)."""
         top = self.top
+        tokens, pos, slots = ints
         h = F.linear(F.embedding(tokens, top["embed"]), top["proj"], top["proj_bias"])
         q = tokens.shape[0]
-        mask = visible_slots(self.slot_ids, start, block)[None, None]
+        mask = visible_slots(self.slot_ids, slots[0], block)[None, None]
         cos, sin = self.cos[pos], self.sin[pos]
         for i, w in enumerate(self.weights):
             x = _rms(h, w["ln1"], w["ln1_eps"])
@@ -91,17 +95,35 @@ class StaticPredictor(nn.Module):
             half = w["head_dim"] // 2
             qs = qs * cos + torch.cat([-qs[..., half:], qs[..., :half]], -1) * sin
             ks = ks * cos + torch.cat([-ks[..., half:], ks[..., :half]], -1) * sin
-            self.k_cache[i].index_copy_(1, slots, ks)
-            self.v_cache[i].index_copy_(1, slots, vs)
-            out = F.scaled_dot_product_attention(qs[None], self.k_cache[i][None], self.v_cache[i][None],
-                                                 attn_mask=mask, scale=w["scaling"], enable_gqa=True)  # fmt: skip
+            k_cache, v_cache = self.k_cache[i], self.v_cache[i]
+            k_cache.index_copy_(1, slots, ks)
+            v_cache.index_copy_(1, slots, vs)
+            out = F.scaled_dot_product_attention(qs[None], k_cache[None], v_cache[None], attn_mask=mask,
+                                                 scale=w["scaling"], enable_gqa=True)  # fmt: skip
             h = h + F.linear(out[0].transpose(0, 1).reshape(q, -1), w["o"], w["o_bias"])
             x = _rms(h, w["ln2"], w["ln2_eps"])
             gate = w["act"](F.linear(x, w["gate_proj"], w["gate_proj_bias"]))
             h = h + F.linear(gate * F.linear(x, w["up_proj"], w["up_proj_bias"]), w["down_proj"], w["down_proj_bias"])
         h = _rms(h.index_select(0, pick), top["norm"], top["norm_eps"])
         logits = F.linear(h, top["head"], top["head_bias"]).unflatten(-1, (self.layers, self.experts))
-        return logits.topk(self.top_k, dim=-1).indices.transpose(0, 1)
+        return pack_bitmasks(logits.topk(self.top_k, dim=-1).indices, self.experts)
+
+
+def pack_bitmasks(ids: torch.Tensor, experts: int) -> torch.Tensor:
+    """Top-k expert ids [r, L, k] -> int64 [r, W]: word j holds bits 32j .. 32j + 31 of each row's bitmask (bit
+    layer * N + expert, as `routing.expert_bitmasks`), so the host reads W words a row instead of L * k ids."""
+    r, layers, k = ids.shape
+    width = -(-layers * experts // 32)
+    bits = (ids + torch.arange(layers, device=ids.device)[:, None] * experts).reshape(r, layers * k)
+    onehot = torch.zeros(r, width * 32, dtype=torch.int64, device=ids.device).scatter_(1, bits, 1)
+    return (onehot.view(r, width, 32) << torch.arange(32, device=ids.device)).sum(-1)
+
+
+def unpack_bitmasks(words: torch.Tensor) -> list[int]:
+    """`pack_bitmasks`' words [r, W] -> one Python int per row."""
+    raw = words.cpu().numpy().astype("<u4").tobytes()
+    size = 4 * words.shape[1]
+    return [int.from_bytes(raw[i * size : (i + 1) * size], "little") for i in range(words.shape[0])]
 
 
 class CompiledPredictor:
@@ -115,23 +137,22 @@ class CompiledPredictor:
         self.static = StaticPredictor(predictor, max_len + self.width)
         dev = predictor.device
         g, w = gamma, self.width
-        self._tokens = torch.zeros(w, dtype=torch.long, device=dev)
-        self._pos = torch.zeros(w, dtype=torch.long, device=dev)
-        self._slots = torch.zeros(w, dtype=torch.long, device=dev)
-        self._arange = torch.arange(w, device=dev)
-        self._start = torch.zeros((), dtype=torch.long, device=dev)
-        self._block = torch.zeros(w, w, dtype=torch.bool, device=dev)
+        # the step's inputs, written on the host (numpy views) and copied once where the device is not the CPU
+        self._host_ints, self._host_block = torch.zeros(3, w, dtype=torch.long), torch.zeros(w, w, dtype=torch.bool)
+        self._ints, self._block = self._host_ints.to(dev), self._host_block.to(dev)
+        self._np_ints, self._np_block = self._host_ints.numpy(), self._host_block.numpy()
+        self._arange = np.arange(w)
         self._base, self._pick = {}, {}
         for m in range(1, g + 1):  # m new tokens causal, dummies seeing themselves; nodes see the new tokens
-            base = torch.eye(w, dtype=torch.bool, device=dev)
-            base[:m, :m] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
+            base = np.eye(w, dtype=bool)
+            base[:m, :m] = np.tri(m, dtype=bool)
             base[g:, :m] = True
             self._base[m] = base
             self._pick[m] = torch.tensor([m - 1, *range(g, w)], device=dev)
         self.step = compile_method(self.static, StaticPredictor.forward)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            self.step(self._tokens, self._pos, self._slots, self._start, self._base[1], self._pick[1])
+            self.step(self._ints, self._block, self._pick[1])
         self.compile_s = time.perf_counter() - t0
         self.reset()
 
@@ -144,24 +165,26 @@ class CompiledPredictor:
     def predict(self, new_tokens: torch.Tensor, tree: DraftTree) -> tuple[int, list[int]]:
         """`ExpertPredictor.predict`: expert bitmasks of the root (last of `new_tokens` [1, m]) and every node."""
         m, t, n, g = new_tokens.shape[1], len(tree), self.length, self.gamma
-        if n + max(m + t, self.width) > self.static.k_cache.shape[2]:
+        if n + max(m + t, self.width) > self.static.k_cache[0].shape[1]:
             raise ValueError(f"the sequence needs more than the {self.max_len} slots the predictor was prepared for")
-        dev = self._start.device
+        dev = self._ints.device
         node_pos = [n + m - 1 + d for d in tree.depths]
-        if m <= g and t <= self.nodes:
-            self._tokens[:m] = new_tokens[0]
-            self._pos[:g] = self._arange[:g] + n
-            torch.add(self._arange, n, out=self._slots)
+        if m <= g and t <= self.nodes:  # the inputs written on the host (numpy: no torch op per field)
+            ints, block = self._np_ints, self._np_block
+            ints[0, :m] = new_tokens[0].tolist()
+            np.add(self._arange, n, out=ints[2])
+            ints[1, :g] = ints[2, :g]
             if t:
-                self._tokens[g : g + t] = torch.tensor(tree.tokens)
-                self._pos[g : g + t] = torch.tensor(node_pos)
-            block = self._block
-            block.copy_(self._base[m])
+                ints[0, g : g + t] = tree.tokens
+                ints[1, g : g + t] = node_pos
+            np.copyto(block, self._base[m])
             sees = [(g + i, g + a) for i in range(t) for a in tree.path(i)[:-1]]
             if sees:
                 block[[r for r, _ in sees], [c for _, c in sees]] = True
-            self._start.fill_(n)
-            routes = self.step(self._tokens, self._pos, self._slots, self._start, block, self._pick[m])[:, : 1 + t]
+            if self._ints.device.type != "cpu":
+                self._ints.copy_(self._host_ints, non_blocking=True)
+                self._block.copy_(self._host_block, non_blocking=True)
+            words = self.step(self._ints, self._block, self._pick[m])[: 1 + t]
         else:  # the prompt (or a larger block): the same pass uncompiled, new tokens then nodes
             q = m + t
             block = torch.ones(q, q, dtype=torch.bool, device=dev).tril()
@@ -171,10 +194,9 @@ class CompiledPredictor:
             tokens = torch.cat([new_tokens[0].to(dev), torch.tensor(tree.tokens, dtype=torch.long, device=dev)])
             pos = torch.tensor([n + j for j in range(m)] + node_pos, device=dev)
             pick = torch.tensor([m - 1, *range(m, q)], device=dev)
-            routes = self.static(tokens, pos, n + torch.arange(q, device=dev), torch.tensor(n, device=dev), block,
-                                 pick)  # fmt: skip
+            words = self.static(torch.stack([tokens, pos, n + torch.arange(q, device=dev)]), block, pick)
         self.length = n + m
-        masks = expert_bitmasks(routes, self.config.num_experts)
+        masks = unpack_bitmasks(words)
         return masks[0], masks[1:]
 
 

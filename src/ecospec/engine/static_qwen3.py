@@ -110,9 +110,15 @@ def moe_experts(x, ids, weights, gate_up, down) -> torch.Tensor:
 
 
 class StaticQwen3(nn.Module):
-    """A Qwen3-MoE target over a static KV cache (batch 1). Buffers: `k_cache` / `v_cache` [L, Hkv, max_len, D],
-    `routes` [L_moe, max_len, k]. Call `forward(tokens [q], pos [q], start [] long, tree [q, q] bool)`: returns
-    logits [q, V] and, when `hidden_layers` is set, the HF `hidden_states` at those indices concatenated [q, F]."""
+    """A Qwen3-MoE target over a static KV cache (batch 1). Buffers: `k_cache` / `v_cache`, one [Hkv, max_len, D]
+    tensor per layer, `routes` [L_moe, max_len, k]. Call `forward(tokens [q], pos [q], start [] long, tree [q, q]
+    bool)`: returns logits [q, V] and, when `hidden_layers` is set, the HF `hidden_states` at those indices
+    concatenated [q, F].
+
+    Why a tensor per layer and one routes write at the end: a step that writes its rows into a slice of one
+    stacked buffer and then reads it is functionalized by the compiler into a copy of the whole buffer per layer
+    and a copy back at the end (O(cache) per step, ~2.6 MB on the embedded default at 512 slots); a write into a
+    whole graph input that nothing reads after it is done in place."""
 
     def __init__(self, target, max_len: int, hidden_layers: tuple[int, ...] = (), forced_routing: bool = False):
         super().__init__()
@@ -133,9 +139,9 @@ class StaticQwen3(nn.Module):
         self.attention_scaling = float(model.rotary_emb.attention_scaling)
         self.register_buffer("inv_freq", model.rotary_emb.inv_freq.detach().clone(), persistent=False)
         dev, dtype = target.device, target.dtype
-        shape = (self.num_layers, self.n_kv, max_len, self.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        shape = (self.n_kv, max_len, self.head_dim)
+        self.k_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(self.num_layers)]
+        self.v_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(self.num_layers)]
         routes = torch.zeros(len(info.moe_layers), max_len, self.top_k, dtype=torch.long, device=dev)
         self.register_buffer("routes", routes, persistent=False)
         self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
@@ -160,15 +166,16 @@ class StaticQwen3(nn.Module):
         v = heads("v").transpose(0, 1)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        self.k_cache[i].index_copy_(1, slots, k)
-        self.v_cache[i].index_copy_(1, slots, v)
+        k_cache, v_cache = self.k_cache[i], self.v_cache[i]
+        k_cache.index_copy_(1, slots, k)
+        v_cache.index_copy_(1, slots, v)
         out = F.scaled_dot_product_attention(
-            q[None], self.k_cache[i][None], self.v_cache[i][None], attn_mask=mask, scale=self.attn_scaling,
+            q[None], k_cache[None], v_cache[None], attn_mask=mask, scale=self.attn_scaling,
             enable_gqa=self.n_heads != self.n_kv,
         )  # fmt: skip
         return F.linear(out[0].transpose(0, 1).reshape(q_len, -1), w["o"], w["o_bias"])
 
-    def _mlp(self, w: dict, moe_index: int | None, x):
+    def _mlp(self, w: dict, moe_index: int | None, x, routes: list):
         if moe_index is None:
             return F.linear(F.silu(F.linear(x, w["gate_proj"])) * F.linear(x, w["up_proj"]), w["down_proj"])
         probs = torch.softmax(F.linear(x, w["router"]), dim=-1, dtype=torch.float)
@@ -179,7 +186,7 @@ class StaticQwen3(nn.Module):
             top, ids = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk:
             top = top / top.sum(dim=-1, keepdim=True)
-        self.routes[moe_index, : x.shape[0]] = ids
+        routes.append(ids)
         return moe_experts(x, ids, top.to(x.dtype), w["gate_up"], w["down"])
 
     def forward(self, tokens, pos, start, tree):
@@ -196,13 +203,16 @@ class StaticQwen3(nn.Module):
             ~visible, torch.finfo(x.dtype).min
         )[None, None]
         hidden = {0: x} if 0 in self.hidden_layers else {}
+        routes = []  # each MoE layer's top-k ids [q, k], written to the routes buffer at once
         for i, w in enumerate(self.weights):
             h = _rms(x, w["ln1"], w["ln1_eps"])
             x = x + self._attention(w, i, h, cos, sin, slots, mask)
             h = _rms(x, w["ln2"], w["ln2_eps"])
-            x = x + self._mlp(w, self.moe_index.get(i), h)
+            x = x + self._mlp(w, self.moe_index.get(i), h, routes)
             if i + 1 in self.hidden_layers and i + 1 < self.num_layers:
                 hidden[i + 1] = x
+        if routes:
+            self.routes[:, :q] = torch.stack(routes)
         x = _rms(x, head["norm"], self.norm_eps)
         if self.num_layers in self.hidden_layers:
             hidden[self.num_layers] = x
