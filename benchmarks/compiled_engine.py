@@ -22,12 +22,15 @@ from pathlib import Path
 import torch
 
 import ecospec
-from ecospec.analysis.cost import fit_line
+from ecospec.analysis.cost import fit_line, model_cost, verify_hbm_bytes
 from ecospec.engine.compiled import prepare
+from ecospec.engine.static_eagle3 import prepare_drafter
+from ecospec.engine.static_predictor import prepare_predictor
 from ecospec.tiny import load_tiny
 from ecospec.tiny.evaluate import humaneval_ids
 
 METHODS = {"AR": {}, "EAGLE-3": {"selector": "confidence"}, "EcoSpec": {"selector": "ecospec"}}
+DEPTH, TOPK = 3, 2  # the draft tree's (generate's defaults): DEPTH head passes a draft step
 
 
 def main() -> None:
@@ -47,17 +50,20 @@ def main() -> None:
         "AR": prepare(target, gamma=1, max_len=max_len),  # an AR step verifies one token
         "SD": prepare(target, gamma=a.gamma, max_len=max_len, hidden_layers=tuple(drafter.hidden_layers)),
     }
+    for make, part in ((prepare_drafter, drafter), (prepare_predictor, predictor)):  # generate reuses them
+        make(part, gamma=a.gamma, depth=DEPTH, topk=TOPK, max_len=max_len)
     compile_s = time.perf_counter() - t0
     cpu = {(m, e): 0.0 for m in METHODS for e in ("eager", "compiled")}
     count = dict.fromkeys(cpu, 0)
-    parts = {key: dict.fromkeys(("t_draft", "t_pred", "t_verify", "t_total", "steps"), 0.0) for key in cpu}
+    parts = {key: dict.fromkeys(("t_draft", "t_pred", "t_verify", "t_total", "steps", "experts"), 0.0) for key in cpu}
     flips, same_steps = [], True
     passes = {"eager": [], "compiled": []}  # (mean unique experts per layer, verify seconds) of full γ-token passes
     for i, ids in enumerate(prompts):
         for method, kw in METHODS.items():
             args = dict(kw)
             if method != "AR":
-                args.update(drafter=drafter, predictor=predictor if method == "EcoSpec" else None, gamma=a.gamma)
+                args.update(drafter=drafter, predictor=predictor if method == "EcoSpec" else None, gamma=a.gamma,
+                            depth=DEPTH, topk=TOPK)  # fmt: skip
             outs = {}
             for engine in ("eager", "compiled"):
                 run = engine if engine == "eager" else prepared["AR" if method == "AR" else "SD"]
@@ -69,6 +75,7 @@ def main() -> None:
                     for part in ("t_draft", "t_pred", "t_verify", "t_total"):
                         parts[method, engine][part] += getattr(st, part)
                     parts[method, engine]["steps"] += 1
+                    parts[method, engine]["experts"] += sum(st.experts) / len(st.experts)
                 passes[engine] += [(sum(st.experts) / len(st.experts), st.t_verify) for st in outs[engine].steps
                                    if method != "AR" and st.verified == a.gamma]  # fmt: skip
             e, c = outs["eager"], outs["compiled"]
@@ -91,6 +98,7 @@ def main() -> None:
         "shares": _shares(parts),
         "flips": flips, "steps_equal_where_tokens_equal": bool(same_steps),
         "verify_vs_experts": {e: _line(passes[e]) for e in passes},
+        "weights_read": _weights_read(drafter, predictor, parts),
     }  # fmt: skip
     print(json.dumps(result, indent=1))
     if a.out:
@@ -113,6 +121,24 @@ def _shares(parts: dict) -> dict:
                                      "ms_ar_step": round(1e3 * t_ar, 3),
                                      "draft_over_ar": round(p["t_draft"] / p["steps"] / t_ar, 3),
                                      "pred_over_verify": round(p["t_pred"] / p["t_verify"], 3)}  # fmt: skip
+    return out
+
+
+def _weights_read(drafter, predictor, parts: dict) -> dict:
+    """The weight bytes a step's parts read (`analysis.cost`: each unique expert once, every other weight once),
+    and their ratios: what the shares come to where a pass costs its bytes (production speed), not its op count.
+    A draft step runs the head `DEPTH` times; the predictor's pass and the head share the target's embedding rows."""
+    cost = model_cost("tiny")
+    mean_e = {m: p["experts"] / p["steps"] for (m, e), p in parts.items() if m != "AR" and e == "compiled"}
+    head = sum(p.numel() * p.element_size() for p in drafter.head.parameters())
+    pred = sum(p.numel() * p.element_size() for n, p in predictor.named_parameters() if not n.startswith("embed"))
+    ar = verify_hbm_bytes(cost, cost.top_k)
+    out = {"mb_ar_step": round(ar / 1e6, 3), "mb_draft_step": round(DEPTH * head / 1e6, 3),
+           "mb_predictor_pass": round(pred / 1e6, 3), "draft_over_ar": round(DEPTH * head / ar, 3)}  # fmt: skip
+    for method, e in mean_e.items():
+        verify = verify_hbm_bytes(cost, e)
+        out[f"{method} mb_verify"] = round(verify / 1e6, 3)
+        out[f"{method} pred_over_verify"] = round(pred / verify, 3)
     return out
 
 
