@@ -2,8 +2,9 @@
 interleaved prompt by prompt in one process, greedy tokens, α and E per verify pass checked equal, time per token of
 each (the decoding thread's CPU time, one torch thread), the compile warm-up, and per engine the line of a full
 verify pass's latency (wall) against its unique experts per layer, and the shares of a step (T_draft / T_AR,
-T_pred / T_verify) under each engine: the compiled engine compiles the EAGLE-3 head's draft steps and the
-predictor's pass too, so these shares must not grow with it.
+T_pred / T_verify) under each engine beside the weight bytes each part reads (`weights_read`): the compiled engine
+compiles the EAGLE-3 head's draft steps and the predictor's pass too, yet on the embedded default both shares grow
+with it, towards what their bytes say (docs/benchmarks.md).
 
     python benchmarks/compiled_engine.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
 
