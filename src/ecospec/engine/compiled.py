@@ -7,9 +7,9 @@ A `CompiledTarget` holds the KV cache (allocated once for the cell's longest seq
 positions, tree mask: allocated once, filled on the host) and the compiled step, which has one graph for the AR step
 (q = 1) and one for the verify step (q = γ; a block with fewer tokens is padded with dummies that see only
 themselves and that nothing sees). The prefill and the oracle's look-up pass run the same forward uncompiled.
-Accepted paths are compacted onto the prefix in place. Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a
-second process compiles from disk. Written with no host read inside a step, so a GPU can capture the two shapes as
-CUDA graphs later (not done: no GPU has run it).
+Accepted paths are compacted onto the prefix in place (one small compiled call for all layers). Inductor's
+artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles from disk. Written with no host read inside
+a step, so a GPU can capture the two shapes as CUDA graphs later (not done: no GPU has run it).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class CompiledTarget:
     gamma: int
     max_len: int
     hidden_layers: tuple[int, ...]
+    compact_step: object = None  # `StaticQwen3.compact` compiled (blocks of γ > 1 tokens)
     compile_s: float = 0.0
     length: int = 0  # committed tokens in the cache
     routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
@@ -80,6 +81,7 @@ class CompiledTarget:
         self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}  # dummies see themselves
         self._tree = {q: eye.clone() for q, eye in self._eye.items()}
         self._start = torch.zeros((), dtype=torch.long, device=dev)
+        self._src = torch.arange(self.gamma, device=dev)  # the compaction's source rows: the path, then identity
 
     def _check_room(self, n: int) -> None:
         if n > self.max_len:
@@ -131,9 +133,9 @@ class CompiledTarget:
         """Move the accepted path's cache rows (block indices) right after the committed tokens."""
         start = self.length
         if path != list(range(len(path))):
-            idx = torch.tensor(path, device=self._start.device) + start
-            for cache in (*self.static.k_cache, *self.static.v_cache):
-                cache[:, start : start + len(path)] = cache[:, idx]
+            self._src.copy_(torch.tensor(path + list(range(len(path), self.gamma))))
+            self._start.fill_(start)
+            self.compact_step(self._src, self._start)
         self.length = start + len(path)
 
     def take_routes(self) -> torch.Tensor:
@@ -149,9 +151,10 @@ _PREPARED: dict[tuple, CompiledTarget] = {}
 
 def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
             forced_routing: bool = False) -> CompiledTarget:  # fmt: skip
-    """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots,
-    and warm them up (timed: `compile_s`). The same arguments give the same prepared object within a process.
-    `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark)."""
+    """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots
+    (and the compaction of an accepted path), and warm them up (timed: `compile_s`). The same arguments give the
+    same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids`
+    (the verify-latency benchmark)."""
     key = (id(target), gamma, max_len, tuple(hidden_layers), forced_routing)
     if key in _PREPARED:
         return _PREPARED[key]
@@ -160,11 +163,14 @@ def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] 
         raise ValueError(reason)
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
     step = compile_method(static, StaticQwen3.forward)
-    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers))
+    compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
+    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers), compact_step)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for q in (1, gamma):  # one call per shape compiles it (from disk when inductor's cache has it)
             step(prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
+        if compact_step is not None:
+            compact_step(prepared._src, prepared._start)  # the identity: moves nothing
     prepared.compile_s = time.perf_counter() - t0
     _PREPARED[key] = prepared
     return prepared
