@@ -128,14 +128,17 @@ def _shares(parts: dict) -> dict:
 def _weights_read(drafter, predictor, parts: dict) -> dict:
     """The weight bytes a step's parts read (`analysis.cost`: each unique expert once, every other weight once),
     and their ratios: what the shares come to where a pass costs its bytes (production speed), not its op count.
-    A draft step runs the head `DEPTH` times; the predictor's pass and the head share the target's embedding rows."""
+    A draft step runs the head `DEPTH` times, its fc (target features -> hidden) only in the first; the predictor's
+    pass and the head share the target's embedding rows."""
     cost = model_cost("tiny")
     mean_e = {m: p["experts"] / p["steps"] for (m, e), p in parts.items() if m != "AR" and e == "compiled"}
-    head = sum(p.numel() * p.element_size() for p in drafter.head.parameters())
-    pred = sum(p.numel() * p.element_size() for n, p in predictor.named_parameters() if not n.startswith("embed"))
+    size = lambda params: sum(p.numel() * p.element_size() for p in params)  # noqa: E731
+    head, fc = size(drafter.head.parameters()), size(drafter.head.fc.parameters())
+    draft = DEPTH * head - (DEPTH - 1) * fc
+    pred = size(p for n, p in predictor.named_parameters() if not n.startswith("embed"))
     ar = verify_hbm_bytes(cost, cost.top_k)
-    out = {"mb_ar_step": round(ar / 1e6, 3), "mb_draft_step": round(DEPTH * head / 1e6, 3),
-           "mb_predictor_pass": round(pred / 1e6, 3), "draft_over_ar": round(DEPTH * head / ar, 3)}  # fmt: skip
+    out = {"mb_ar_step": round(ar / 1e6, 3), "mb_draft_step": round(draft / 1e6, 3),
+           "mb_predictor_pass": round(pred / 1e6, 3), "draft_over_ar": round(draft / ar, 3)}  # fmt: skip
     for method, e in mean_e.items():
         verify = verify_hbm_bytes(cost, e)
         out[f"{method} mb_verify"] = round(verify / 1e6, 3)
