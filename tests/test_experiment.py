@@ -782,3 +782,27 @@ def test_the_oracles_lookups_come_off_cpu_time_at_their_share_of_wall_time():
     assert without_lookups(1.0, 0.5, 0.6) == pytest.approx((0.4, 0.2))
     assert without_lookups(1.0, 1.0, 0.25) == pytest.approx((0.75, 0.75))  # an idle core: the same either way
     assert without_lookups(1.0, None, 0.25) == (0.75, None)
+
+
+def test_sweep_table_marks_kept_records_as_its_legend_says(tmp_path):
+    """A rerun that kept three ok records and ran one: the three read ok* (kept), the one ok; a forced rerun that
+    failed beside an ok record reads failed*; the legend names only the marks shown."""
+    from ecospec.experiment.callbacks import sweep_table
+    from ecospec.experiment.records import FAILED, SCHEMA
+
+    def record(name, finished, status="ok"):
+        rec = {"schema": SCHEMA, "status": status, "cell": name, "finished": finished, "summary": {"alpha": 2.0}}
+        write_json_atomic(tmp_path / name / RESULT, rec)
+
+    for i in range(3):
+        record(f"kept{i}", "2026-12-01T10:00:00+00:00")
+    record("ran", "2026-12-04T10:00:05+00:00")
+    text, failed = sweep_table(tmp_path, since="2026-12-04T10:00:00+00:00")
+    status = {line.split()[0]: line.split()[1] for line in text.splitlines()[1:-1]}
+    assert status == {"kept0": "ok*", "kept1": "ok*", "kept2": "ok*", "ran": "ok"} and failed == 0
+    assert "ok* = kept" in text.splitlines()[-1] and "failed*" not in text.splitlines()[-1]
+
+    write_json_atomic(tmp_path / "ran" / FAILED, {"schema": SCHEMA, "status": "failed", "cell": "ran"})
+    text, failed = sweep_table(tmp_path, since="2026-12-04T10:00:00+00:00")
+    assert "ran" in text and " failed* " in text and failed == 1 and "failed* = this run failed" in text
+    assert sweep_table(tmp_path)[0].count(" ok* ") == 0  # no start time (a table read later): nothing is marked kept

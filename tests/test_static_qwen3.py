@@ -124,11 +124,13 @@ def test_compiled_engine_refused_without_its_toolchain(monkeypatch):
     import ecospec
 
     qwen, ids = tiny_model("qwen3_moe-a"), torch.tensor([[5, 6, 7]])
-    with monkeypatch.context() as m:
-        m.setattr(inductor_config.cpp, "cxx", (None, "/nonexistent/bin/g++"))
+    # inductor's config is a proxy object, not a module: monkeypatch (pytest >= 9.2) would delete the attribute on
+    # undo, so the change goes through torch's own temporary patch, which restores it
+    with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/bin/g++")}):
         with pytest.raises(ValueError, match="needs a C\\+\\+ compiler .*/nonexistent/bin/g\\+\\+") as e:
             ecospec.generate(qwen, ids, max_new_tokens=2, engine="compiled")
         assert "\n" not in str(e.value)
+    assert inductor_config.cpp.cxx != (None, "/nonexistent/bin/g++")
     with monkeypatch.context() as m:
         m.setattr(cpp_extension, "is_ninja_available", lambda: False)
         with pytest.raises(ValueError, match="needs ninja") as e:

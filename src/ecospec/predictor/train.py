@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecospec.atomic import replace_dir, temp_dir
 from ecospec.cache import digest
 from ecospec.predictor.accuracy import topk_overlap
 from ecospec.predictor.model import ExpertPredictor
@@ -132,15 +132,13 @@ def _levels(checkpoint_at_accuracy: Mapping[str, float] | tuple[float, ...]) -> 
 def _save_dir(out: Path, name: str, write: Callable[[Path], None]) -> Path:
     """Write a directory atomically: into a temp sibling, then swapped in for the old one."""
     final = out / name
-    tmp = out / f".{name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    if final.exists():
-        old = out / f".{name}.old-{os.getpid()}"
-        os.rename(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.rename(tmp, final)
+    tmp = temp_dir(final)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, final)
     return final
 
 

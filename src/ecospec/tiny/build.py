@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ecospec.atomic import replace_dir
 from ecospec.cache import cache_root, digest
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
 from ecospec.tiny.calibrate import recipe as calibrate_recipe
@@ -439,11 +440,7 @@ def _versions() -> dict:
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-    os.rename(tmp, final)
+    replace_dir(tmp, final)
 
 
 def build(

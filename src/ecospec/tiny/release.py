@@ -32,6 +32,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ecospec.atomic import replace_dir
 from ecospec.cache import digest, sha256_file
 
 RELEASE_DIR = Path(__file__).with_name("release")
@@ -220,12 +221,6 @@ def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: in
         "files": files,
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        os.rename(dest, old)
-        os.rename(tmp, dest)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, dest)
+    replace_dir(tmp, dest)
     _verified.cache_clear()
     return manifest
