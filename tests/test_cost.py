@@ -5,10 +5,12 @@ the roofline model and the overhead fit."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from ecospec.analysis.cost import (
+    StepParts,
     expert_bytes,
     fit_overhead,
     load_model_config,
@@ -137,10 +139,15 @@ def test_modeled_step_roofline():
     ar = modeled_step(c, 1.0, c.top_k, "H100")
     assert ar["modeled"] is True and ar["speedup"] == pytest.approx(1.0)
     assert ar["t_verify_s"] == pytest.approx(verify_hbm_bytes(c, 8) / 3.35e12)
-    sd = modeled_step(c, 2.41, 23.7, h100, overhead_s=0.01, t_draft_s=0.008)
+    parts = StepParts(draft=(2e9, 1e9, 1e9), predictor=0.5e9)
+    sd = modeled_step(c, 2.41, 23.7, h100, overhead_s=0.01, parts=parts)
     t_verify = verify_hbm_bytes(c, 23.7) / 3.35e12 + 0.01
-    assert sd["t_verify_s"] == pytest.approx(t_verify) and sd["t_step_s"] == pytest.approx(t_verify + 0.008)
-    assert sd["speedup"] == pytest.approx(2.41 * (verify_hbm_bytes(c, 8) / 3.35e12 + 0.01) / (t_verify + 0.008))
+    t_draft, t_pred = 4e9 / 3.35e12 + 3 * 0.01, 0.5e9 / 3.35e12 + 0.01  # each pass pays the fixed overhead
+    assert sd["t_verify_s"] == pytest.approx(t_verify) and sd["t_draft_s"] == pytest.approx(t_draft)
+    assert sd["t_pred_s"] == pytest.approx(t_pred) and sd["t_step_s"] == pytest.approx(t_verify + t_draft + t_pred)
+    assert sd["speedup"] == pytest.approx(2.41 * (verify_hbm_bytes(c, 8) / 3.35e12 + 0.01) / sd["t_step_s"])
+    verify_only = modeled_step(c, 2.41, 23.7, h100, overhead_s=0.01)
+    assert verify_only["t_step_s"] == pytest.approx(t_verify) and verify_only["speedup"] > sd["speedup"]
     assert sd["tokens_per_s"] == pytest.approx(2.41 / sd["t_step_s"])
     # fewer unique experts at nearly the same α is faster (EcoSpec vs EAGLE-3 in Table 3), on every profile
     for hw in HARDWARE:
@@ -175,3 +182,47 @@ def test_fit_overhead_from_gpu_records():
     fitted = replace(HARDWARE["H200"], overhead_s=fit_overhead(recs, "H200"))
     assert modeled_step(qwen, 1.0, 8.0, fitted)["t_verify_s"] == pytest.approx(verify_hbm_bytes(qwen, 8) / bw + 0.25)
     assert HARDWARE["H100"].matches("NVIDIA H100 80GB HBM3") and not HARDWARE["H100"].matches("NVIDIA H100 PCIe")
+
+
+def test_draft_and_predictor_bytes_come_from_the_release_facts_or_the_targets_shape():
+    """The tiny head's and predictor's bytes are read from the release's files, and the EAGLE-3 head formula
+    agrees with them; the paper's models cost their heads from the target's facts (derived, labelled so), their
+    predictors from the backbone's facts, DeepSeek's MTP as one MoE layer + eh_proj + lm_head."""
+    from ecospec.analysis.cost import eagle3_head_bytes, load_model_config, step_parts
+    from ecospec.drafters.eagle3_checkpoint import load_eagle3
+    from ecospec.tiny.release import RELEASE_DIR
+
+    tiny = load_model_config("tiny")
+    parts = step_parts(tiny, "eagle3", 3, predictor=True)
+    head = load_eagle3(RELEASE_DIR / "drafter" / "head")
+    c = head.config
+    shape = {"hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+             "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
+             "head_dim": c.head_dim, "draft_vocab_size": c.draft_vocab_size, "target_hidden_size": c.target_hidden_size,
+             "aux_layers": len(c.aux_hidden_layers)}  # fmt: skip
+    first, later = eagle3_head_bytes(shape, "fp32")
+    assert parts.draft == pytest.approx((first, later, later))  # the formula counts what the file holds
+    weights = sum(p.numel() * p.element_size() for n, p in head.named_parameters() if not n.startswith("embed"))
+    assert first == pytest.approx(weights)
+    assert 0 < parts.predictor < verify_hbm_bytes(model_cost(tiny), 8) and "release" in parts.source
+    assert step_parts(tiny, None, 3, predictor=True).draft == ()  # AR drafts nothing
+
+    q = step_parts(load_model_config("qwen3"), "eagle3", 3, predictor=True)
+    assert "derived from the target's facts" in q.source and len(q.draft) == 3 and q.draft[0] > q.draft[1]
+    assert 0.6e9 < q.draft[1] < 1.2e9  # one 4096-wide layer, 2H attention inputs, a 32k lm_head, bf16
+    assert 0.8e9 < q.predictor < 1.0e9  # Qwen3-0.6B without its embedding, + projection and the 94 x 128 head
+    d = step_parts(load_model_config("deepseek"), "mtp", 3, predictor=False)
+    assert d.predictor == 0 and 2e9 < d.draft[0] < 3e9  # fp8 layer + 8 experts + a bf16 129k x 7168 lm_head
+    m = step_parts(load_model_config("mixtral"), "draft_model", 3, predictor=False)
+    assert m.draft[0] == pytest.approx(2 * (7.24e9 - 32000 * 4096), rel=0.01)  # Mistral-7B less its embedding
+
+
+def test_modeled_md_rebuilds_from_its_committed_summary(tmp_path):
+    """reports/tiny/modeled.md is what its committed inputs (modeled_cells.json: α, E, drafter, depth, predictor)
+    give under today's cost model: the whole step costed, EcoSpec's predictor pass included."""
+    from ecospec.report.modeled import rebuild
+
+    root = Path(__file__).resolve().parents[1] / "reports" / "tiny"
+    rebuild(root / "modeled_cells.json", tmp_path)
+    assert (tmp_path / "modeled.md").read_text() == (root / "modeled.md").read_text()
+    assert "T_step = T_verify + T_draft + T_pred" in (tmp_path / "modeled.md").read_text()

@@ -239,30 +239,208 @@ def _hardware(hardware: str | Hardware) -> Hardware:
     return HARDWARE[hardware]
 
 
+# -- the rest of a step: drafting and prediction ------------------------------------------------------------------
+
+EAGLE3_DRAFT_VOCAB = 32000  # the reduced draft vocabulary of the public EAGLE-3 heads; a derived head's lm_head
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """Weight bytes of a step's passes besides the verify pass: each draft pass, and the predictor's pass (0 for
+    a method that calls none). Input embeddings are gathered by rows and not counted, as in `verify_hbm_bytes`.
+    `source` says where the shapes come from: the release's files, `facts` of conf/model, or derived."""
+
+    draft: tuple[float, ...] = ()
+    predictor: float = 0.0
+    source: str = ""
+
+
+def safetensors_bytes(path: Path, skip: tuple[str, ...] = ()) -> dict[str, float]:
+    """{tensor name: stored bytes} from a safetensors file's header (no tensor read, no torch); names starting
+    with any of `skip` left out."""
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return {k: float(v["data_offsets"][1] - v["data_offsets"][0]) for k, v in header.items()
+            if k != "__metadata__" and not k.startswith(skip)}  # fmt: skip
+
+
+def eagle3_head_bytes(shape: Mapping, storage: str = "bf16") -> tuple[float, float]:
+    """(first pass, each later pass) bytes of an EAGLE-3 head (`drafters.eagle3.Eagle3Head`): the fc over the
+    target's aux hidden states (first pass only), one decoder layer whose attention reads [embedding, hidden]
+    (2H wide), the final norm and the lm_head over the draft vocabulary. `shape`: hidden_size, intermediate_size,
+    num_attention_heads, num_key_value_heads, head_dim, draft_vocab_size, target_hidden_size, aux_layers (3)."""
+    h, i = shape["hidden_size"], shape["intermediate_size"]
+    q, kv = shape["num_attention_heads"] * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]
+    attention = 2 * h * q + 2 * (2 * h * kv) + q * h
+    layer = attention + 3 * h * i + 3 * h  # q/k/v/o, gate/up/down, three norms
+    later = layer + h + h * shape["draft_vocab_size"]  # + final norm and lm_head
+    fc = shape.get("aux_layers", 3) * shape.get("target_hidden_size", h) * h
+    return expert_bytes(fc + later, storage), expert_bytes(later, storage)
+
+
+def derived_eagle3_shape(hf) -> dict:
+    """An EAGLE-3 head's shape where its own is not at hand: one decoder layer at the target's hidden size, heads
+    and dense MLP width, an fc over three hidden states, an lm_head over `EAGLE3_DRAFT_VOCAB` (derived, labelled so)."""
+    heads = hf.num_attention_heads
+    return {
+        "hidden_size": hf.hidden_size,
+        "intermediate_size": hf.intermediate_size,
+        "num_attention_heads": heads,
+        "num_key_value_heads": getattr(hf, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(hf, "head_dim", None) or hf.hidden_size // heads,
+        "draft_vocab_size": min(EAGLE3_DRAFT_VOCAB, hf.vocab_size),
+        "target_hidden_size": hf.hidden_size,
+    }
+
+
+def _lm_bytes(hf_config: Mapping, storage: str, extra: float = 0.0, lm_head: bool = True) -> float:
+    """Bytes one pass of a dense decoder (a draft LM, a predictor's backbone) reads: its layers and final norm
+    (counted on the meta device), its lm_head if `lm_head` (tied or not, read once), plus `extra` parameters, at
+    `storage`; the input embedding is gathered by rows and not counted."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+    from transformers.initialization import no_init_weights
+
+    kwargs = dict(hf_config)
+    config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
+    config._attn_implementation = "eager"
+    with torch.device("meta"), no_init_weights():
+        base = AutoModel.from_config(config)
+    params = sum(p.numel() for n, p in base.named_parameters() if "embed_tokens" not in n)
+    if lm_head:
+        params += config.vocab_size * config.hidden_size
+    return expert_bytes(params + extra, storage)
+
+
+def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
+    """One pass of DeepSeek's MTP module: one MoE decoder layer of the target (its non-expert part and one token's
+    k routed experts), eh_proj over [embedding, hidden] and the shared lm_head (derived from the target's facts)."""
+    from ecospec.models.adapters import meta_model
+
+    hf = _hf_config(model, _facts(model))
+    one = hf.__class__(**{**hf.to_dict(), "num_hidden_layers": 1, "first_k_dense_replace": 0})
+    layer = meta_model(one).model.layers[0]
+    experts = c.expert_params * c.num_experts
+    rest = sum(p.numel() for p in layer.parameters()) - experts
+    h = hf.hidden_size
+    return (expert_bytes(rest + 2 * h * h + 2 * h, c.storage["dense"]) + c.top_k * c.expert_bytes
+            + expert_bytes(hf.vocab_size * h, c.storage["other"]))  # fmt: skip
+
+
+def _release_dir(model: Mapping) -> Path | None:
+    if model.get("source") != "tiny":
+        return None
+    from ecospec.tiny.release import RELEASE_DIR
+
+    return RELEASE_DIR
+
+
+def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]:
+    """(first pass, each later pass, source) bytes of one pass of `drafter` (eagle3, gto, mtp, draft_model) for
+    conf/model `model`: the release's files (model=tiny), `facts.drafters.<kind>` (a shape), or derived from the
+    target's facts (`facts.drafters.<kind>: derived`, or no facts)."""
+    facts = _facts(model)
+    given = (facts.get("drafters") or {}).get("eagle3" if drafter == "gto" else drafter)
+    release = _release_dir(model)
+    if drafter in ("eagle3", "gto"):
+        if release is not None:
+            files = safetensors_bytes(release / "drafter" / "head" / "model.safetensors", skip=("embed", "d2t", "t2d"))
+            fc = sum(v for k, v in files.items() if k.startswith(("fc.", "input_norm.")))
+            total = sum(files.values())
+            return total, total - fc, "the release's head"
+        if isinstance(given, Mapping):
+            first, later = eagle3_head_bytes(given, given.get("storage", "bf16"))
+            return first, later, "facts"
+        shape = derived_eagle3_shape(_hf_config(model, facts))
+        return (*eagle3_head_bytes(shape, _cost_storage(model)), "derived from the target's facts")
+    if drafter == "mtp":
+        b = _mtp_bytes(model, model_cost(model))
+        return b, b, "derived from the target's facts"
+    if drafter == "draft_model":
+        if ((model.get("drafters") or {}).get("draft_model") or {}).get("path") == "perturbed":  # the target's copy
+            c = model_cost(model)
+            b = verify_hbm_bytes(c, c.top_k)
+            return b, b, "a copy of the target"
+        if isinstance(given, Mapping):
+            b = _lm_bytes(given, given.get("storage", "bf16"))
+            return b, b, "facts"
+        raise ValueError(f"model {model.get('name')!r}: facts.drafters.draft_model has no shape of its draft LM")
+    raise ValueError(f"unknown drafter {drafter!r}")
+
+
+def _cost_storage(model: Mapping) -> str:
+    return model_cost(model).storage["other"]
+
+
+def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:
+    """(bytes, source) of one expert-predictor pass (`predictor.model.ExpertPredictor`: projection from the
+    target's hidden size, the backbone without its embedding, the head to L x N logits): the release's files
+    (model=tiny), else the backbone's shape from `facts.predictor_backbone` or a backbone config mapping."""
+    release = _release_dir(model)
+    if release is not None:
+        files = safetensors_bytes(release / "predictor" / "final" / "model.safetensors", skip=("embed.",))
+        return sum(files.values()), "the release's predictor"
+    facts = _facts(model)
+    backbone = facts.get("predictor_backbone") or (model.get("predictor") or {}).get("backbone")
+    if not isinstance(backbone, Mapping):
+        raise ValueError(f"model {model.get('name')!r}: facts.predictor_backbone has no shape of the predictor's "
+                         "backbone")  # fmt: skip
+    c, hf = model_cost(model), _hf_config(model, facts)
+    hidden = backbone["hidden_size"]
+    extra = hf.hidden_size * hidden + hidden + (hidden + 1) * c.moe_layers * c.num_experts  # projection and head
+    shape = {k: v for k, v in backbone.items() if k != "storage"}
+    return _lm_bytes(shape, backbone.get("storage", "bf16"), extra, lm_head=False), "facts"
+
+
+def step_parts(model: Mapping, drafter: str | None, passes: int, predictor: bool) -> StepParts:
+    """The draft passes (`passes` of `drafter`: a tree's depth, a chain's γ − 1) and the predictor's pass (methods
+    that call it) of one step, in weight bytes; AR (no drafter) has neither."""
+    if drafter is None:
+        return StepParts()
+    first, later, source = drafter_pass_bytes(model, drafter)
+    draft = (first, *([later] * (passes - 1))) if passes > 0 else ()
+    pred = 0.0
+    if predictor:
+        pred, psource = predictor_pass_bytes(model)
+        source = source if psource == source else f"drafter: {source}; predictor: {psource}"
+    return StepParts(draft=tuple(draft), predictor=pred, source=source)
+
+
 def modeled_step(
     model: str | Mapping | ModelCost,
     alpha: float,
     experts_per_layer: float,
     hardware: str | Hardware,
     overhead_s: float | None = None,
-    t_draft_s: float = 0.0,
+    parts: StepParts | None = None,
 ) -> dict:
-    """Roofline latency of one SD step: T_verify = verify bytes / HBM bandwidth + overhead, T_step = T_verify +
-    `t_draft_s` (drafting, prediction, selection), α tokens per step. AR is the same pass with E = k and α = 1.
-    `overhead_s` defaults to the profile's. Modeled, not measured: the dict says so."""
+    """Roofline latency of one SD step: T_verify = verify bytes / HBM bandwidth + overhead; each draft pass and the
+    predictor's pass (`parts`) cost their bytes / bandwidth + the same fixed overhead; T_step = T_verify + T_draft +
+    T_pred, α tokens per step. AR is the verify pass with E = k and α = 1. `overhead_s` defaults to the profile's.
+    Modeled, not measured: the dict says so."""
     if alpha <= 0:
         raise ValueError(f"alpha={alpha}: tokens per step must be positive")
     c, hw = _cost(model), _hardware(hardware)
+    parts = parts or StepParts()
     over = hw.overhead_s if overhead_s is None else overhead_s
+    bw = hw.hbm_bytes_per_s
     hbm = verify_hbm_bytes(c, experts_per_layer)
-    t_verify = hbm / hw.hbm_bytes_per_s + over
-    t_step = t_verify + t_draft_s
-    t_ar = verify_hbm_bytes(c, c.top_k) / hw.hbm_bytes_per_s + over
+    t_verify = hbm / bw + over
+    t_draft = sum(b / bw + over for b in parts.draft)
+    t_pred = parts.predictor / bw + over if parts.predictor else 0.0
+    t_step = t_verify + t_draft + t_pred
+    t_ar = verify_hbm_bytes(c, c.top_k) / bw + over
     return {
         "modeled": True,
         "hardware": hw.name,
         "hbm_bytes": hbm,
         "t_verify_s": t_verify,
+        "t_draft_s": t_draft,
+        "t_pred_s": t_pred,
         "t_step_s": t_step,
         "tokens_per_s": alpha / t_step,
         "ar_t_step_s": t_ar,

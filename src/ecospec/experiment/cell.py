@@ -399,7 +399,7 @@ def one_line(record: dict) -> str:
     if record.get("kind") == "demo":
         from ecospec.experiment.demo_job import table
 
-        return f"{table(s)}\nfigure: {s['figure']}{skipped}"
+        return f"{table(s, record.get('config'))}\nfigure: {s['figure']}{skipped}"
     if record.get("kind") == "predictor":
         return (
             f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "

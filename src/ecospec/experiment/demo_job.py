@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 import ecospec
 from ecospec.analysis.bootstrap import bootstrap, ratio_of, speedup
-from ecospec.analysis.cost import model_cost, modeled_step
+from ecospec.analysis.cost import load_model_config, model_cost, modeled_step, step_parts
 from ecospec.data import encode_turn, load_prompts
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
@@ -51,6 +51,14 @@ def methods_of(d: dict) -> tuple[tuple[str, str | None], ...]:
     return ("AR", None), (LABELS.get(kind, str(kind)), "confidence"), ("EcoSpec", "ecospec")
 
 
+def modeled(model: dict, depth: int, gpu: str, selector: str | None, alpha: float, experts: float) -> dict:
+    """The roofline model's step on `gpu` at this α and E, the whole step costed: the verify pass, each draft pass
+    (a tree's depth of them) and the predictor's pass for EcoSpec (`analysis.cost.step_parts`)."""
+    drafter = None if selector is None else model.get("default_drafter")
+    parts = step_parts(model, drafter, depth, predictor=selector == "ecospec")
+    return modeled_step(model_cost(model), alpha, experts, gpu, parts=parts)
+
+
 def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     prompts = _prompts(d)
     methods = methods_of(d)  # the table's rows
@@ -78,7 +86,6 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     ours_ar = summarize(rows["AR"], clock=clock)["tokens_per_s"]
     hf_ar = sum(r["hf_tokens"] for r in rows["AR"]) / sum(hf_seconds(r, clock) for r in rows["AR"])
     denominator = max(ours_ar, hf_ar)
-    cost = model_cost(d["model"])
     gpu = d["demo"]["gpu"]
     measured = {}
     units = {label: speedup_units(rows[label], rows["AR"], clock, False) for label, _ in methods}
@@ -92,7 +99,7 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             "E": experts,
             "tokens_per_s": s["tokens_per_s"],
             "speedup": s["tokens_per_s"] / denominator,
-            "modeled_speedup": modeled_step(cost, alpha, experts, gpu)["speedup"],
+            "modeled_speedup": modeled(d["model"], d["depth"], gpu, selector, alpha, experts)["speedup"],
             "matches_ar": same[label] / len(prompts),
             "t_step_s": s["t_step_s"],
             "speedup_interval": [iv.low, iv.high] if iv else None,
@@ -154,8 +161,16 @@ def clock_words(s: dict) -> str:
     return "CPU time of the decoding thread" if s.get("clock") == "thread_cpu" else "wall clock"
 
 
-def table(s: dict) -> str:
-    """The demo's table as printed (plain text, one row per method)."""
+def table(s: dict, config: dict | None = None) -> str:
+    """The demo's table as printed (plain text, one row per method). With the record's `config`, the modeled column
+    is computed anew from α and E (a record kept from before the whole step was costed prints today's model)."""
+    if config is not None:
+        model = load_model_config(config["model"]["name"])
+        depth = (config.get("demo") or {}).get("depth", 3)
+        selectors = dict(zip(s["methods"], (sel for _, sel in methods_of({"model": model})), strict=True))
+        s = {**s, "methods": {
+            label: {**m, "modeled_speedup": modeled(model, depth, s["gpu"], selectors[label], m["alpha"], m["E"])[
+                "speedup"]} for label, m in s["methods"].items()}}  # fmt: skip
     gpu = s["gpu"]
     head = f"{'':<9}{'α':>6}{'E':>7}{'speedup (CPU) [95 %]':>24}{f'modeled ({gpu})':>17}{'same as AR':>12}"
     lines = [head]
@@ -169,7 +184,7 @@ def table(s: dict) -> str:
         f"{s['prompts']} held-out prompts ({', '.join(s['datasets'])}) x {s['max_new_tokens']} tokens, greedy, "
         f"γ = {s['gamma']}; speedup vs the faster AR ({ar}), {clock_words(s)}, with its 95 % interval (paired "
         f"bootstrap over prompts); α: tokens per step; E: unique experts per MoE layer per verify pass; modeled: "
-        f"roofline weight bytes on one {gpu}, not measured."
+        f"roofline weight bytes on one {gpu} (the verify pass, each draft pass and the predictor's), not measured."
     )
     return "\n".join([*lines, reading(s)])
 

@@ -14,13 +14,15 @@ its drafter, labelled by the drafter (EAGLE-3, or MTP for DeepSeek), whatever th
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import ModelCost, fit_overhead, modeled_step
+from ecospec.analysis.cost import ModelCost, StepParts, fit_overhead, load_model_config, modeled_step, step_parts
 from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.report.paper import paper_values
 
@@ -630,31 +632,76 @@ def modeled(
     profiles: Mapping[tuple[str, str], Hardware] | None = None,
 ) -> pd.DataFrame:
     """Per model × T × method: measured α and E (mean over the benchmarks present) and the roofline-modeled
-    T_verify, T_step (ms) and speedup vs AR on each GPU profile (`analysis.cost.modeled_step`; drafting not
-    modeled; `profiles[(model, GPU)]`, fitted from the verify-latency benchmark, where given, else the datasheet
-    bandwidth with the per-pass overhead fitted from that GPU's records or 0)."""
+    T_verify, T_draft + T_pred, T_step (ms) and speedup vs AR on each GPU profile (`modeled_rows`)."""
+    return modeled_rows(modeled_cells(frame, costs, defaults), costs, overheads, profiles)
+
+
+MODELED_CELLS = ["model", "temperature", "label", "Benchmarks", "alpha", "E", "drafter", "depth", "predictor"]
+
+
+def modeled_cells(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None) -> pd.DataFrame:
+    """What the modeled numbers are computed from, per model × T × method (`MODELED_CELLS`): the records' α and E
+    (mean over the benchmarks every row has), the drafter, the tree's depth and whether the method calls the
+    predictor. `make tables` also writes it (modeled_cells.csv), so modeled.md can be rebuilt from it alone."""
     cells = cells_modeled(frame, defaults)
     cells = cells[cells["model"].isin(list(costs)) & cells["alpha"].gt(0) & cells["E"].notna()]
     cells = common_benchmarks(cells, ROW_KEYS)  # rows side by side average the same benchmarks, named
-    agg = cells.groupby(ROW_KEYS, sort=False).agg(alpha=("alpha", "mean"), E=("E", "mean"),
-                                                  Benchmarks=("_benchmarks", "first")).reset_index()  # fmt: skip
+    cells = cells.assign(_pred=cells["predictor_checkpoint"].notna())
+    agg = (
+        cells.groupby(ROW_KEYS, sort=False)
+        .agg(Benchmarks=("_benchmarks", "first"), alpha=("alpha", "mean"), E=("E", "mean"),
+             drafter=("drafter", "first"), depth=("depth", "first"), predictor=("_pred", "any"))
+        .reset_index()
+    )  # fmt: skip
+    return agg[MODELED_CELLS]
+
+
+def modeled_rows(
+    agg: pd.DataFrame,
+    costs: Mapping[str, ModelCost],
+    overheads: Mapping[tuple[str, str], tuple[float, int]] = None,
+    profiles: Mapping[tuple[str, str], Hardware] | None = None,
+) -> pd.DataFrame:
+    """`modeled_cells` rows with the roofline model's T_verify, T_draft + T_pred, T_step (ms) and speedup vs AR on
+    each GPU profile (`analysis.cost.modeled_step`, the whole step costed; `profiles[(model, GPU)]`, fitted from the
+    verify-latency benchmark, where given, else the datasheet bandwidth with the per-pass overhead fitted from that
+    GPU's records or 0)."""
+    agg = agg.copy()
+    parts = [row_parts(*row) for row in zip(agg["model"], agg["drafter"], agg["depth"], agg["predictor"], strict=True)]
     for hw in HARDWARE:
-        res = [_modeled_step(costs, m, a, e, hw, overheads, profiles) for m, a, e in
-               zip(agg["model"], agg["alpha"], agg["E"], strict=True)]  # fmt: skip
+        res = [_modeled_step(costs, m, a, e, hw, overheads, profiles, pt) for m, a, e, pt in
+               zip(agg["model"], agg["alpha"], agg["E"], parts, strict=True)]  # fmt: skip
         agg[f"{hw} t_verify_ms"] = [r["t_verify_s"] * 1e3 for r in res]
+        agg[f"{hw} t_draft_pred_ms"] = [(r["t_draft_s"] + r["t_pred_s"]) * 1e3 for r in res]
         agg[f"{hw} t_step_ms"] = [r["t_step_s"] * 1e3 for r in res]
         agg[f"{hw} speedup"] = [r["speedup"] for r in res]
     agg["model"] = agg["model"].map(model_label)
-    return agg.rename(columns=LABELS)
+    return agg.drop(columns=["drafter", "depth", "predictor"]).rename(columns=LABELS)
 
 
-def _modeled_step(costs, model: str, alpha: float, experts: float, hw, overheads=None, profiles=None) -> dict:
-    """`modeled_step` on the verify-latency benchmark's fitted profile of (model, GPU) where there is one, else on
-    the datasheet bandwidth with the per-pass overhead fitted from that GPU's SD records (or 0)."""
+@functools.cache
+def row_parts(model: str, drafter, depth, predictor: bool) -> StepParts | None:
+    """The draft passes (a tree's depth of them) and the predictor's pass of a row's method, in weight bytes, from
+    conf/model `model` (`analysis.cost.step_parts`); None (drafting not costed, with a warning) where the shapes
+    cannot be had offline."""
+    if drafter is None or (isinstance(drafter, float) and np.isnan(drafter)):
+        return StepParts()
+    try:
+        return step_parts(load_model_config(model), drafter, int(depth), bool(predictor))
+    except (ValueError, KeyError, OSError, TypeError) as e:
+        warnings.warn(f"model {model}: drafting and prediction not costed in the modeled numbers ({e})", stacklevel=2)
+        return None
+
+
+def _modeled_step(costs, model: str, alpha: float, experts: float, hw, overheads=None, profiles=None,
+                  parts: StepParts | None = None) -> dict:  # fmt: skip
+    """`modeled_step` (the whole step: verify, each draft pass, the predictor's pass) on the verify-latency
+    benchmark's fitted profile of (model, GPU) where there is one, else on the datasheet bandwidth with the per-pass
+    overhead fitted from that GPU's SD records (or 0)."""
     if (model, hw) in (profiles or {}):
-        return modeled_step(costs[model], alpha, experts, profiles[(model, hw)])
+        return modeled_step(costs[model], alpha, experts, profiles[(model, hw)], parts=parts)
     overhead = (overheads or {}).get((model, hw), (None, 0))[0] or 0.0
-    return modeled_step(costs[model], alpha, experts, hw, overhead_s=overhead)
+    return modeled_step(costs[model], alpha, experts, hw, overhead_s=overhead, parts=parts)
 
 
 def cells_moespec(frame, defaults=None) -> pd.DataFrame:
@@ -699,11 +746,15 @@ def table_moespec(
     cells = common_benchmarks(cells, rows)
     agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
     agg.insert(len(rows), "Benchmarks", cells.groupby(rows, sort=False)["_benchmarks"].first().to_numpy())
+    first = cells.assign(_pred=cells["predictor_checkpoint"].notna()).groupby(rows, sort=False).agg(
+        _drafter=("drafter", "first"), _depth=("depth", "first"), _pred=("_pred", "any")).reset_index()  # fmt: skip
+    parts = [row_parts(m, d, p, q) for m, d, p, q in zip(agg["model"], first["_drafter"], first["_depth"],
+                                                         first["_pred"], strict=True)]  # fmt: skip
     for hw in HARDWARE if costs else ():
         agg[f"modeled {hw} speedup"] = [
-            _modeled_step(costs, m, a, e, hw, overheads, profiles)["speedup"]
+            _modeled_step(costs, m, a, e, hw, overheads, profiles, pt)["speedup"]
             if m in costs and a > 0 and pd.notna(e) else np.nan
-            for m, a, e in zip(agg["model"], agg["alpha"], agg["E"], strict=True)
+            for m, a, e, pt in zip(agg["model"], agg["alpha"], agg["E"], parts, strict=True)
         ]  # fmt: skip
     agg["model"] = agg["model"].map(model_label)
     agg = agg.rename(columns=LABELS).dropna(axis=1, how="all")
@@ -865,8 +916,8 @@ def build_tables(
         used = cells_modeled(df, defaults)
         used = used[used["model"].isin(list(costs))]
         title = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
-        tables.append(Table("modeled", "Modeled", title,
-                            _modeled_note(used, overheads or {}, profiles or {}), out, True, used))  # fmt: skip
+        note = modeled_note(gammas_of(used), len(used), sweeps(used), overheads or {}, profiles or {})
+        tables.append(Table("modeled", "Modeled", title, note, out, True, used))
     else:
         missing.append("Modeled")
     out = table_moespec(df, costs, overheads, defaults, profiles)
@@ -876,7 +927,8 @@ def build_tables(
             "Lossless EcoSpec against MoE-Spec's verify-time expert cap (lossy; engine.budget): per budget B (top-B "
             "experts per MoE layer by summed router score over the pass's tokens; — = no cap), measured speedup vs "
             "AR / α / E, mean over the benchmarks present; `modeled <GPU> speedup`: the roofline model "
-            "(`analysis.cost.modeled_step`) at that α and E, on the same GPU profiles as the Modeled table. Quality "
+            "(`analysis.cost.modeled_step`: verify, drafting and prediction costed) at that α and E, on the same GPU "
+            "profiles as the Modeled table. Quality "
             "vs AR, from replaying each committed sequence "
             "once through the uncapped target (not timed): greedy, budget_error_rate = share of committed tokens "
             "the uncapped target would not have produced there, matches_ar = share of prompts identical to AR, "
@@ -890,9 +942,14 @@ def build_tables(
     return tables, missing
 
 
-def _modeled_note(
-    used: pd.DataFrame, overheads: Mapping[tuple[str, str], tuple[float, int]], profiles: Mapping = None
-) -> str:
+def gammas_of(used: pd.DataFrame) -> str:
+    return ", ".join(f"{model_label(m)} {int(g)}" for m, g in used.groupby("model")["gamma"].first().items())
+
+
+def modeled_note(
+    gammas: str, records: int, sweeps_text: str, overheads: Mapping[tuple[str, str], tuple[float, int]],
+    profiles: Mapping = None,
+) -> str:  # fmt: skip
     parts = []
     for hw in HARDWARE.values():
         bench = {m: p for (m, h), p in (profiles or {}).items() if h == hw.name}  # replaces bandwidth and overhead
@@ -904,13 +961,16 @@ def _modeled_note(
             parts.append(f"{hw.name}: fitted from records measured on it: {', '.join(each)}")
         else:
             parts.append(f"{hw.name}: none (no records measured on it)")
-    gammas = ", ".join(f"{model_label(m)} {int(g)}" for m, g in used.groupby("model")["gamma"].first().items())
     return (
         f"*Modeled*, not measured: α and E are the records' (mean over the benchmarks named, the same for every row "
         f"of a model and T; each model at its own "
         f"γ: {gammas or 'none'}; B=1), each cell "
-        "is T_verify (ms) / T_step (ms) / speedup vs AR from the roofline model (`analysis.cost.modeled_step`: "
-        "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; drafting, prediction and selection "
-        f"not modeled, so T_step = T_verify). Per-pass overhead: {'; '.join(parts)}. From {len(used)} records "
-        f"(sweeps: {sweeps(used)})."
+        "is T_verify (ms) / T_draft+pred (ms) / T_step (ms) / speedup vs AR from the roofline model "
+        "(`analysis.cost.modeled_step`: "
+        "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; T_draft+pred: each draft pass (a "
+        "tree's depth of them) and the expert predictor's pass of the methods that call it, each its weight bytes / "
+        "bandwidth + the same overhead, `analysis.cost.step_parts`: the release's head and predictor for the tiny "
+        "model, conf/model facts for the paper's, EAGLE-3 heads derived from the target's facts where their shape "
+        "is not at hand; selection not modeled; T_step = T_verify + T_draft + T_pred). "
+        f"Per-pass overhead: {'; '.join(parts)}. From {records} records (sweeps: {sweeps_text})."
     )

@@ -75,6 +75,7 @@ HEADERS = {
     "pred_over_verify": "T_pred / T_verify",
     "t_verify_ms": "T_verify (ms)",
     "t_step_ms": "T_step (ms)",
+    "t_draft_pred_ms": "T_draft+pred (ms)",
     "accuracy": "Accuracy",
     "layers": "Layers",
     "moe_layers": "MoE layers",
