@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -322,3 +323,41 @@ def test_make_paper_runs_every_stage_locally(store, tmp_path):
     assert cells["baseline"]["summary"]["matches_ar"] == cells["ecospec"]["summary"]["matches_ar"] == 1.0
     index = (tmp_path / "reports" / "README.md").read_text()
     assert "table01" in index
+
+
+def test_a_real_target_that_cannot_fit_is_refused_before_any_download(tmp_path):
+    """`python run.py model=qwen3 method=eagle3` on a laptop: one line naming what the weights need and what this
+    machine has, within seconds, and no Hub call (the endpoint points at a closed port: a call would fail with a
+    connection error and retries instead)."""
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, str(ROOT / "run.py"), "model=qwen3", "method=eagle3", f"out_dir={tmp_path}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    took = time.perf_counter() - t0
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and took < 60, (took, text[-2000:])
+    line = next(ln for ln in text.splitlines() if "needs" in ln)
+    assert "model=qwen3 needs 470.2 GB for its weights (as stored (bf16)) and this machine's RAM holds" in line
+    assert "cluster=slurm_gpu" in line and "memory_check=false" in line
+    assert "connect" not in text.lower() and "retry" not in text.lower()
+    rec = _records(tmp_path)[0]
+    assert rec["status"] == "failed" and "storage" not in rec.get("env", {})  # nothing was loaded
+
+
+def test_memory_check_per_rank_and_without_facts():
+    from ecospec.analysis.cost import load_model_config
+    from ecospec.analysis.sizing import memory_problem
+    from ecospec.experiment.job import check_memory
+
+    qwen = load_model_config("qwen3")
+    assert memory_problem(qwen, "device_map", 1, "cuda", 8 * 80e9, "8 visible GPUs") is None  # 470 GB on 8 x H100
+    tp = memory_problem(qwen, "tp", 4, "cuda", 80e9, "one GPU (cuda:0)")
+    assert tp and "per rank (tp over 4)" in tp and "one GPU (cuda:0) holds 80.0 GB" in tp  # 118 GB a rank
+    assert memory_problem(qwen, "tp", 4, "cuda", 141e9, "one GPU") is None  # 4 x H200
+    gptoss = load_model_config("gptoss")
+    cpu = memory_problem(gptoss, "device_map", 1, "cpu", 16e9, "this machine's RAM")
+    assert cpu and "dequantized to bf16" in cpu  # no MXFP4 kernels on a CPU
+    bare = {"model": {"name": "mine", "source": "hf", "target": "someone/model"}, "memory_check": True}
+    with pytest.warns(UserWarning, match="no sizing facts"):
+        check_memory(bare, torch.device("cpu"))
+    check_memory({**bare, "memory_check": False}, torch.device("cpu"))  # skipped: no warning, no refusal

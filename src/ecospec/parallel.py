@@ -14,7 +14,8 @@ Every rank holds the same routers (replicated in every plan), so routing capture
 What each family's plan shards, read from transformers' config classes (no download; `plan_summary`):
 Qwen3-MoE and Mixtral shard attention and experts; DeepSeek-V3 the experts and dense MLPs (its MLA attention is
 replicated); GPT-OSS's TP plan shards only the input embedding, so under ``tp`` every GPU holds every expert
-and layer: use ``ep`` for GPT-OSS, or ``device_map``.
+and layer, and its ``ep`` forward fails in transformers (`BROKEN`): GPT-OSS beyond one GPU runs ``device_map``.
+`layout_problem` holds these rules for validation, the sizing command and the loader alike.
 """
 
 from __future__ import annotations
@@ -69,6 +70,43 @@ def kv_head_problem(family: str, config, ranks: int) -> str | None:
     heads = getattr(config, "num_attention_heads", kv)
     if kv % ranks or heads % ranks:
         return f"{heads} attention / {kv} KV heads cannot be split over {ranks} ranks; use parallel=device_map"
+    return None
+
+
+def num_experts(config) -> int | None:
+    """Routed experts per MoE layer of a config (or a facts namespace), whatever the family calls them."""
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    return None
+
+
+def layout_problem(family: str, mode: str, ranks: int, config=None) -> str | None:
+    """Why `family` cannot run under `mode` over `ranks` ranks, or None: the one place for what each family's
+    plans allow (`plan_problem`), the KV heads a TP-sharded attention splits (`kv_head_problem`) and the experts EP
+    divides over the ranks. `config`: the HF config or any object with its attributes (the facts of conf/model);
+    without one only the plan is checked. Validation, the sizing command and the loader all ask this."""
+    problem = plan_problem(family, mode)
+    if problem or mode == "device_map" or config is None:
+        return problem
+    problem = kv_head_problem(family, config, ranks)
+    if problem:
+        return problem
+    n = num_experts(config)
+    if mode == "ep" and n and n % ranks:
+        return f"{n} experts cannot be divided over {ranks} ranks; use a rank count that divides them"
+    return None
+
+
+def shards_experts(family: str, mode: str) -> bool:
+    """Whether `mode`'s plan spreads the routed experts over the ranks (GPT-OSS's TP plan does not)."""
+    return mode != "device_map" and any("experts" in key for key in plans(family)[mode])
+
+
+def rank_layout_problem(ranks: int, gpus_per_node: int | None) -> str | None:
+    """Why `ranks` tasks (one per GPU) cannot be laid out on nodes of `gpus_per_node` GPUs, or None."""
+    if gpus_per_node and ranks > 1 and ranks % gpus_per_node:
+        return f"ranks={ranks} is not a multiple of the {gpus_per_node} GPUs per node (hydra.launcher.gpus_per_node)"
     return None
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from ecospec.analysis.cost import expert_bytes, load_model_config, model_cost
-from ecospec.parallel import plans
+from ecospec.parallel import layout_problem, plans, shards_experts
 
 GPU_MEMORY = {"H100": 80e9, "H200": 141e9, "B200": 192e9}  # bytes of HBM per GPU (datasheets: 80, 141, 192 GB)
 GPUS_PER_NODE = 8
@@ -106,21 +107,81 @@ def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kerne
     while gpus > 1 and heads % gpus and gpus <= GPUS_PER_NODE:  # TP shards the attention heads
         gpus *= 2
     notes = []
-    kv_heads = hf.get("num_key_value_heads") or heads
     family = hf["model_type"]
-    parallel = "ep" if family == "gpt_oss" else "tp"
-    if family == "gpt_oss":
-        notes.append("GPT-OSS's tensor-parallel plan shards only the embedding: ep spreads its experts instead")
-    if hf.get("kv_lora_rank"):
+    parallel, why = layout(family, gpus, hf)
+    if why:
+        notes.append(why)
+    if hf.get("kv_lora_rank") and parallel != "device_map":
         notes.append("DeepSeek's MLA attention is replicated by its TP plan; experts and dense MLPs are sharded")
-    elif gpus > 1 and kv_heads % gpus and any("self_attn" in k for k in plans(family)["tp"]):
-        parallel = "device_map"
-        notes.append(f"transformers' TP plan splits the {kv_heads} KV heads, which {gpus} ranks cannot divide "
-                     "(ecospec.parallel.kv_head_problem): one process spreads the layers over the GPUs")  # fmt: skip
+    storage = loaded_storage(stored, kernels)
+    while parallel != "device_map" and (rank_share(model, parallel, gpus, storage) + kv / gpus
+                                        > GPU_MEMORY[gpu] * usable):  # fmt: skip
+        gpus += GPUS_PER_NODE if gpus >= GPUS_PER_NODE else gpus  # replicated parts leave a rank less room
+        parallel, why = layout(family, gpus, hf)
     if not kernels and "fp8" in stored.values():
         notes += _unloadable(hf)
     label = format_label(stored, kernels)
     return Sizing(name, gpu, label, weights, kv, gpus, math.ceil(gpus / GPUS_PER_NODE), parallel, tuple(notes))
+
+
+def layout(family: str, gpus: int, hf: dict) -> tuple[str, str | None]:
+    """The layout that runs a target over `gpus` GPUs and that validation accepts (`parallel.layout_problem`, the
+    one place for each family's rules): one GPU or device_map where no sharded mode works (one process, layers
+    spread over one node's GPUs), else tp, else ep, whichever first spreads the experts; and why not the others."""
+    if gpus == 1:
+        return "device_map", None
+    facts = SimpleNamespace(**hf)
+    tried = []
+    for mode in ("tp", "ep"):
+        problem = layout_problem(family, mode, gpus, facts)
+        if problem is None and shards_experts(family, mode):
+            return mode, None
+        tried.append(f"{mode}: {problem or 'its plan does not shard the experts'}")
+    why = "; ".join(tried)
+    if gpus > GPUS_PER_NODE:
+        return "device_map", f"no sharded layout runs here ({why}); device_map spreads one process over one node only"
+    return "device_map", f"one process spreads the layers over the GPUs ({why})"
+
+
+def kernels_present(device_type: str) -> bool:
+    """Whether transformers can keep quantized weights (MXFP4, block FP8) as stored here: a CUDA device with the
+    `kernels` package and Triton (`pip install -e .[gpu]`); elsewhere they load dequantized to bf16."""
+    import importlib.util
+
+    return device_type == "cuda" and all(importlib.util.find_spec(m) for m in ("kernels", "triton"))
+
+
+def rank_share(model: dict, mode: str, ranks: int, storage: dict) -> float:
+    """Weight bytes one rank holds under `mode` over `ranks` (estimate): the routed experts divided over the ranks
+    where the family's plan shards them, the rest divided where its plan shards attention, else replicated; the
+    whole model under device_map (spread over the GPUs one process sees)."""
+    c = model_cost(model, storage)
+    experts = c.num_experts * c.moe_layers * c.expert_bytes
+    rest = weight_bytes(model, storage) - experts
+    if mode == "device_map" or ranks <= 1:
+        return experts + rest
+    plan = plans(model["facts"]["hf_config"]["model_type"])[mode]
+    shards = lambda part: any(part in k for k in plan)  # noqa: E731
+    return experts / (ranks if shards("experts") else 1) + rest / (ranks if shards("self_attn") else 1)
+
+
+def memory_problem(model: dict, mode: str, ranks: int, device_type: str, have_bytes: float, where: str) -> str | None:
+    """One line when a target with sizing facts cannot fit in `have_bytes` (`where` names them: this machine's
+    RAM, the visible GPUs, one rank's GPU), naming both figures and what to do; None when it fits or has no facts."""
+    if not ((model.get("facts") or {}).get("hf_config")) or model.get("source") != "hf":
+        return None
+    kernels = kernels_present(device_type)
+    stored = dict(model_cost(model).storage)
+    need = rank_share(model, mode, ranks, loaded_storage(stored, kernels))
+    if need <= have_bytes:
+        return None
+    per = f" per rank ({mode} over {ranks})" if mode != "device_map" and ranks > 1 else ""
+    return (
+        f"model={model['name']} needs {need / 1e9:,.1f} GB for its weights{per} ({format_label(stored, kernels)}) "
+        f"and {where} holds {have_bytes / 1e9:,.1f} GB: run it on GPUs (cluster=slurm_gpu; python -m "
+        f"ecospec.analysis.sizing --model {model['name']} says how many) or use model=tiny; memory_check=false skips "
+        "this check"
+    )
 
 
 def _unloadable(hf: dict) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +18,7 @@ from ecospec.bench import settings_problem
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
-from ecospec.parallel import PARALLEL, plan_problem
+from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
 from ecospec.selection import POLICIES
 from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
@@ -300,10 +301,21 @@ def _validate_num_prompts(d: Mapping) -> None:
         raise _bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
 
 
+def _launcher_gpus(cfg) -> int | None:
+    """The Slurm launcher's GPUs per node where the config carries Hydra's node (a sweep), else None."""
+    if not isinstance(cfg, DictConfig) or "hydra" not in cfg:
+        return None
+    try:
+        return OmegaConf.select(cfg, "hydra.launcher.gpus_per_node", default=None)
+    except Exception:  # noqa: BLE001 - a node that only resolves inside a run: nothing to check here
+        return None
+
+
 def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
     """`validate` for the config's job kind. `awaiting`: the job runs after others (a Slurm dependency), so
     what they make (the predictor) need not exist yet; each job checks again when it starts."""
     d = as_dict(cfg)
+    d["_gpus_per_node"] = _launcher_gpus(cfg)
     kind = job_kind(d)
     if kind not in JOBS:
         raise _bad("job", kind, f"allowed: {', '.join(JOBS)}")
@@ -410,7 +422,9 @@ def model_family(model: Mapping) -> str | None:
 
 
 def validate_parallel(d: Mapping) -> None:
-    """model.parallel, ranks and dist_timeout_s: checked before any process starts or any group forms."""
+    """model.parallel, ranks and dist_timeout_s: checked before any process starts or any group forms, with every
+    rule the node would apply that the config already decides (`parallel.layout_problem`: the family's plans, KV
+    heads over TP ranks, experts over EP ranks; the ranks over the Slurm launcher's GPUs per node)."""
     model = d["model"]
     mode = model.get("parallel") or "device_map"
     if mode not in PARALLEL:
@@ -432,9 +446,22 @@ def validate_parallel(d: Mapping) -> None:
         raise _bad("model.device_map", model.get("device_map"), f"model.parallel={mode} places the shards itself: "
                    "set model.device_map=null")  # fmt: skip
     family = model_family(model)
-    problem = plan_problem(family, mode) if family else None
+    facts = model_facts(model)
+    problem = layout_problem(family, mode, ranks, SimpleNamespace(**facts) if facts else None) if family else None
     if problem:
         raise _bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
+    problem = rank_layout_problem(ranks, d.get("_gpus_per_node"))
+    if problem:
+        raise _bad("ranks", ranks, problem)
+
+
+def model_facts(model: Mapping) -> dict | None:
+    """The target's config fields known without a download (conf/model facts, a random preset's), or None."""
+    if model.get("source") == "random":
+        from ecospec.models.presets import PRESETS
+
+        return dict(PRESETS.get(model.get("preset")) or {}) or None
+    return dict(((model.get("facts") or {}).get("hf_config")) or {}) or None
 
 
 def _validate_budget(d: Mapping) -> None:

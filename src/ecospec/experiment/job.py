@@ -7,19 +7,20 @@ from __future__ import annotations
 import os
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ecospec.experiment.components import pick_device, tiny_weights
-from ecospec.experiment.config import as_dict, job_config, job_id, job_kind, job_name, validate_job
+from ecospec.experiment.config import ConfigError, as_dict, job_config, job_id, job_kind, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
 from ecospec.parallel import env_rank, env_world, init_group, world
 
 RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ar_peer", "ranks",
-            "clock", "interleave")  # fmt: skip
+            "clock", "interleave", "memory_check")  # fmt: skip
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]
@@ -37,6 +38,44 @@ def setup_device(d: dict, ranks: int = 1) -> torch.device:
     if threads:
         torch.set_num_threads(int(threads))
     return device
+
+
+def machine_ram() -> float:
+    """This machine's memory in bytes, or its cgroup's limit where that is smaller (a Slurm job's allocation)."""
+    ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return ram
+    return min(ram, float(limit)) if limit.isdigit() else ram
+
+
+def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
+    """Refuse, in one line and before any download, a real target whose weights cannot fit in what this job has:
+    this machine's RAM on the CPU, every visible GPU under device_map, one rank's GPU under tp/ep
+    (`analysis.sizing.memory_problem`). A target without sizing facts goes on with a warning;
+    `memory_check=false` skips the check (not part of a cell's identity)."""
+    model = d["model"]
+    if not d.get("memory_check", True) or model.get("source") != "hf" or (d.get("backend") or {}).get("name") == "vllm":
+        return
+    if not (model.get("facts") or {}).get("hf_config"):
+        warnings.warn(f"model={model.get('name')}: no sizing facts (facts.hf_config), its memory is not checked "
+                      "before loading", stacklevel=2)  # fmt: skip
+        return
+    from ecospec.analysis.sizing import memory_problem
+
+    mode = model.get("parallel") or "device_map"
+    if device.type == "cuda" and mode == "device_map" and model.get("device_map"):
+        n = torch.cuda.device_count()
+        have = sum(torch.cuda.get_device_properties(i).total_memory for i in range(n))
+        where = f"{n} visible GPU{'s' if n != 1 else ''}"
+    elif device.type == "cuda":
+        have, where = torch.cuda.get_device_properties(device).total_memory, f"one GPU ({device})"
+    else:
+        have, where = machine_ram(), "this machine's RAM"
+    problem = memory_problem(model, mode, ranks, device.type, float(have), where)
+    if problem:
+        raise ConfigError(problem)
 
 
 def write_record(job_dir: Path, record: dict) -> Path:
@@ -73,6 +112,8 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     try:
         validate_job(d)
         device = setup_device(d, ranks)
+        if kind in ("cell", "demo", "traces", "gto"):
+            check_memory(d, device, ranks)  # before any Hub call: a target that cannot fit never starts a download
         if ranks > 1:
             join_group(d, device, ranks)
         record["env"] = environment(device)

@@ -75,7 +75,7 @@ def load_target(
     every layer (transformers' tensor / expert-parallel plan). The config is checked first, so an unsupported
     model (or a family without that plan) fails before any weights are read.
     """
-    from ecospec.parallel import distributed_config, kv_head_problem, plan_problem, world
+    from ecospec.parallel import distributed_config, layout_problem, world
 
     config = AutoConfig.from_pretrained(name_or_path)
     family = getattr(config, "model_type", None)
@@ -83,12 +83,9 @@ def load_target(
         raise _unsupported(f"{name_or_path} (model_type {family!r})")
     kwargs: dict = {"dtype": dtype}
     if parallel != "device_map":
-        problem = plan_problem(family, parallel)
-        if problem:
-            raise ValueError(f"parallel={parallel!r}: {problem}")
         if world() < 2:
             raise ValueError(f"parallel={parallel!r} needs an initialised process group of >= 2 ranks")
-        problem = kv_head_problem(family, config, world())
+        problem = layout_problem(family, parallel, world(), config)
         if problem:
             raise ValueError(f"parallel={parallel!r}: {problem}")
         kwargs["distributed_config"] = distributed_config(parallel, world())

@@ -37,6 +37,8 @@ ConfigStore.instance().store(group="hydra/launcher", name="ecospec_slurm", node=
 
 
 def _rank_layout(config, p: dict) -> dict:
+    from ecospec.parallel import rank_layout_problem
+
     """A tensor/expert-parallel sweep (model.parallel=tp|ep, `ranks`=R): one Slurm task per rank, one per GPU,
     so R = nodes x tasks per node (tasks per node = the node's GPUs; on a CPU cluster all R on one node); the node's
     CPUs are shared out over its tasks. A one-process target (device_map) keeps one task per cell."""
@@ -48,10 +50,9 @@ def _rank_layout(config, p: dict) -> dict:
         return {}
     gpus = int(p.get("gpus_per_node") or 0)
     per_node = gpus if gpus else ranks
-    if ranks % per_node:
-        raise ValueError(
-            f"ranks={ranks} is not a multiple of the {per_node} GPUs per node (hydra.launcher.gpus_per_node)"
-        )
+    problem = rank_layout_problem(ranks, per_node)  # also checked at validation, before any job is submitted
+    if problem:
+        raise ValueError(problem)
     cpus = max(1, int(p.get("cpus_per_task") or 1) // per_node) if gpus else int(p.get("cpus_per_task") or 1)
     return {"nodes": ranks // per_node, "tasks_per_node": per_node, "cpus_per_task": cpus}
 
