@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 import torch
 
-from ecospec.analysis.cost import LatencyFit, fit_latency, model_cost, modeled_step
+from ecospec.analysis.cost import LatencyFit, fit_latency, model_cost, modeled_step, step_parts
 from ecospec.analysis.hardware import HARDWARE
 from ecospec.bench import KIND, RECORD_SUFFIX, settings_problem
 from ecospec.bench.verify_latency import (
@@ -214,7 +214,7 @@ def _write(records, root):
 
 def test_report_figure_and_fitted_profiles(tmp_path):
     from ecospec.report.fig1a import NAME, latency_profiles, load_bench, write_bench_figure
-    from ecospec.report.tables import _modeled_note
+    from ecospec.report.tables import modeled_note
 
     a, b = 9.5e-6, 31e-6
     _write(_synthetic(a, b) + _synthetic(2 * a, b, impl="eager") + _synthetic(a / 2, b, scale=0.5)
@@ -235,7 +235,7 @@ def test_report_figure_and_fitted_profiles(tmp_path):
     h200 = profiles[("qwen3", "H200")]
     assert h200.hbm_bytes_per_s == pytest.approx(37748736 / a)  # the faster implementation (grouped_mm)
     assert "grouped_mm" in h200.source and h200.hbm_bytes_per_s != HARDWARE["H200"].hbm_bytes_per_s
-    note = _modeled_note(frame.iloc[0:0], {("qwen3", "H100"): (0.001, 3)}, profiles)
+    note = modeled_note("", 0, "none", {("qwen3", "H100"): (0.001, 3)}, profiles)
     assert "H200: fitted from records measured on it: Qwen3-235B-A22B" in note and "TB/s effective" in note
     assert "H100: fitted from records measured on it: Qwen3-235B-A22B 1.00 ms (3 records)" in note
 
@@ -272,7 +272,9 @@ def test_the_modeled_table_takes_the_fitted_profile():
     cost = model_cost("qwen3")
     profile = fit_latency(_synthetic(9.5e-6, 31e-6)).profile("H200", cost)
     out = modeled(frame, {"qwen3": cost}, profiles={("qwen3", "H200"): profile})
-    fitted, roofline = modeled_step(cost, 2.4, 23.7, profile), modeled_step(cost, 2.4, 23.7, "H100", overhead_s=0.0)
+    parts = step_parts(model_config("qwen3"), "eagle3", 3, predictor=False)  # the whole step: 3 head passes
+    fitted = modeled_step(cost, 2.4, 23.7, profile, parts=parts)
+    roofline = modeled_step(cost, 2.4, 23.7, "H100", overhead_s=0.0, parts=parts)
     assert out["H200 t_verify_ms"].iloc[0] == pytest.approx(fitted["t_verify_s"] * 1e3)
     assert out["H200 speedup"].iloc[0] == pytest.approx(fitted["speedup"])
     assert out["H100 t_verify_ms"].iloc[0] == pytest.approx(roofline["t_verify_s"] * 1e3)  # no benchmark on it
@@ -283,9 +285,11 @@ def test_the_modeled_table_takes_the_fitted_profile():
                         "method": {**method, "name": "moespec"}}  # fmt: skip
     both = records_frame([(cell, "t1/c/result.json"), (capped, "t1/d/result.json")]).frame
     table = table_moespec(both, {"qwen3": cost}, profiles={("qwen3", "H200"): profile}).set_index("Budget")
-    assert table.loc["B=16", "modeled H200 speedup"] == pytest.approx(modeled_step(cost, 2.3, 15.0, profile)["speedup"])
+    assert table.loc["B=16", "modeled H200 speedup"] == pytest.approx(
+        modeled_step(cost, 2.3, 15.0, profile, parts=parts)["speedup"]
+    )
     assert table.loc["B=16", "modeled H100 speedup"] == pytest.approx(
-        modeled_step(cost, 2.3, 15.0, "H100", overhead_s=0.0)["speedup"]
+        modeled_step(cost, 2.3, 15.0, "H100", overhead_s=0.0, parts=parts)["speedup"]
     )
 
 

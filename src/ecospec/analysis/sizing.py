@@ -165,19 +165,38 @@ def rank_share(model: dict, mode: str, ranks: int, storage: dict) -> float:
     return experts / (ranks if shards("experts") else 1) + rest / (ranks if shards("self_attn") else 1)
 
 
-def memory_problem(model: dict, mode: str, ranks: int, device_type: str, have_bytes: float, where: str) -> str | None:
-    """One line when a target with sizing facts cannot fit in `have_bytes` (`where` names them: this machine's
-    RAM, the visible GPUs, one rank's GPU), naming both figures and what to do; None when it fits or has no facts."""
-    if not ((model.get("facts") or {}).get("hf_config")) or model.get("source") != "hf":
+def local_weight_bytes(target) -> float | None:
+    """The bytes of the weight files in a local checkpoint directory (what it loads, as stored), or None when
+    `target` is no local directory (a Hub id: sized from the config's facts instead)."""
+    from pathlib import Path
+
+    if not target or not Path(str(target)).is_dir():
         return None
-    kernels = kernels_present(device_type)
-    stored = dict(model_cost(model).storage)
-    need = rank_share(model, mode, ranks, loaded_storage(stored, kernels))
+    files = [p for p in Path(str(target)).iterdir() if p.suffix in (".safetensors", ".bin", ".pt")]
+    return float(sum(p.stat().st_size for p in files))
+
+
+def memory_problem(model: dict, mode: str, ranks: int, device_type: str, have_bytes: float, where: str) -> str | None:
+    """One line when a real target cannot fit in `have_bytes` (`where` names them: this machine's RAM, the visible
+    GPUs, one rank's GPU), naming both figures and what to do; None when it fits or cannot be sized. A local
+    checkpoint directory is sized by its weight files (the facts describe the Hub checkpoint the config names)."""
+    if model.get("source") != "hf":
+        return None
+    local = local_weight_bytes(model.get("target"))
+    if local is not None:
+        need, what = local / (ranks if mode != "device_map" else 1), f"the weight files in {model['target']}"
+    elif (model.get("facts") or {}).get("hf_config"):
+        kernels = kernels_present(device_type)
+        stored = dict(model_cost(model).storage)
+        need = rank_share(model, mode, ranks, loaded_storage(stored, kernels))
+        what = format_label(stored, kernels)
+    else:
+        return None
     if need <= have_bytes:
         return None
     per = f" per rank ({mode} over {ranks})" if mode != "device_map" and ranks > 1 else ""
     return (
-        f"model={model['name']} needs {need / 1e9:,.1f} GB for its weights{per} ({format_label(stored, kernels)}) "
+        f"model={model['name']} needs {need / 1e9:,.1f} GB for its weights{per} ({what}) "
         f"and {where} holds {have_bytes / 1e9:,.1f} GB: run it on GPUs (cluster=slurm_gpu; python -m "
         f"ecospec.analysis.sizing --model {model['name']} says how many) or use model=tiny; memory_check=false skips "
         "this check"

@@ -58,12 +58,12 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
     model = d["model"]
     if not d.get("memory_check", True) or model.get("source") != "hf" or (d.get("backend") or {}).get("name") == "vllm":
         return
-    if not (model.get("facts") or {}).get("hf_config"):
+    from ecospec.analysis.sizing import local_weight_bytes, memory_problem
+
+    if not (model.get("facts") or {}).get("hf_config") and local_weight_bytes(model.get("target")) is None:
         warnings.warn(f"model={model.get('name')}: no sizing facts (facts.hf_config), its memory is not checked "
                       "before loading", stacklevel=2)  # fmt: skip
         return
-    from ecospec.analysis.sizing import memory_problem
-
     mode = model.get("parallel") or "device_map"
     if device.type == "cuda" and mode == "device_map" and model.get("device_map"):
         n = torch.cuda.device_count()
