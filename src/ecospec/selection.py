@@ -3,7 +3,8 @@
 On an MoE target, verifying a token costs the experts its forward activates that are not already
 loaded for the step. Confidence-only selection (EAGLE) ignores that cost; EcoSpec (paper §4.2, Alg. 1)
 trades the draft probability P against the number of *new* experts a token's trajectory brings.
-All policies share one interface and return prefix-closed node sets, i.e. valid verification trees.
+The policies are the methods of `ecospec.methods` (one module each); all return prefix-closed node sets, i.e.
+valid verification trees.
 
 Expert sets come as iterables of (layer, expert) pairs or as int bitmasks (bit layer*N+expert); both
 become int bitmasks here, so union is `|`, difference `& ~` and size `int.bit_count()`.
@@ -11,10 +12,11 @@ become int bitmasks here, so union is `|`, difference `& ~` and size `int.bit_co
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 
-POLICIES = ("confidence", "global_cost", "ecospec", "oracle")
+from ecospec.methods import Candidates, method, names
+
+POLICIES = names()
 
 ExpertSet = int | Iterable[tuple[int, int]]
 
@@ -34,30 +36,18 @@ def select(
     cumulative draft probability P, `experts[i]` its own predicted expert set. E_traj(i) is the union
     of expert sets from the first-level ancestor down to i. Every policy grows the selection greedily
     over the frontier (unselected nodes whose parent is the root or selected), so results are
-    prefix-closed:
-
-    - confidence: largest P (the same as plain top-budget by P when P(child) <= P(parent)).
-    - global_cost: largest static P / (|E_traj(i)| + eps); no buffer.
-    - ecospec / oracle: largest P / (|E_traj(i) minus B| + eps) with buffer B starting at
-      `root_experts` and absorbing E_traj of every pick (oracle = ecospec fed the true router sets).
-
+    prefix-closed; each policy's score is its method's (`ecospec.methods`, docs/design.md "Selection rules").
     Ties go to larger P, then smaller depth, then smaller index.
     """
-    _check_policy(policy)
-    n = len(parents)
-    depth, children, roots = _structure(policy, parents, probs, experts)
-    if policy != "confidence":
+    spec = method(policy)
+    depth, children, roots = _structure(spec, parents, probs, experts)
+    traj, buf = None, 0
+    if spec.predictor is not None:
         masks, buf = _to_masks(experts, root_experts)
         traj = _trajectories(masks, parents)
     if budget <= 0:
         return []
-    budget = min(budget, n)
-    if policy == "confidence":
-        return _greedy_static(probs, probs, depth, roots, children, budget)
-    if policy == "global_cost":
-        scores = [pr / (t.bit_count() + eps) for pr, t in zip(probs, traj, strict=True)]
-        return _greedy_static(scores, probs, depth, roots, children, budget)
-    return _greedy_buffered(probs, depth, roots, children, traj, buf, budget, eps)
+    return spec.rule(Candidates(parents, probs, depth, roots, children, traj, buf, eps), min(budget, len(parents)))
 
 
 def select_batch(
@@ -73,14 +63,14 @@ def select_batch(
     """`select` for a batch of draft trees (every argument a list over sequences; `budget` an int for all or one
     per sequence); returns each sequence's chosen node indices, sorted.
 
-    `shared_buffer=False`, or a policy without a buffer (confidence, global_cost): `select` per sequence.
-    `shared_buffer=True` with ecospec / oracle (docs/design.md, "Batches"): one verify pass loads the union of the
+    `shared_buffer=False`, or a policy without a buffer: `select` per sequence.
+    `shared_buffer=True` with a buffered policy (docs/design.md, "Batches"): one verify pass loads the union of the
     batch's experts, so one buffer B serves the batch. B starts as the union of the roots' sets; each
     sequence keeps its own budget. Repeat: among the frontier nodes of every sequence with budget left, take
     the largest P / (|E_traj(i) minus B| + eps), ties to larger P, smaller depth, smaller sequence index,
     smaller node index; B absorbs its E_traj. An expert another sequence already brought in costs nothing.
     """
-    _check_policy(policy)
+    spec = method(policy)
     size = len(parents)
     budgets = [budget] * size if isinstance(budget, int) else list(budget)
     experts = [None] * size if experts is None else experts
@@ -88,7 +78,7 @@ def select_batch(
     for name, arg in (("probs", probs), ("experts", experts), ("budget", budgets), ("root_experts", roots_in)):
         if len(arg) != size:
             raise ValueError(f"select_batch: {name} has {len(arg)} sequences, parents {size}")
-    if not shared_buffer or policy in ("confidence", "global_cost"):
+    if not shared_buffer or not spec.buffered:
         return [select(policy, *args, eps=eps) for args in zip(parents, probs, experts, budgets, roots_in, strict=True)]
     kinds = {isinstance(e, int) for ex in experts for e in (ex or ())}
     kinds |= {isinstance(r, int) for r in roots_in if r is not None}
@@ -98,7 +88,7 @@ def select_batch(
     bits: dict[tuple[int, int], int] = {}
     trees, frontier, buf = [], [], 0
     for par, pr, ex, root in zip(parents, probs, experts, roots_in, strict=True):
-        depth, children, first = _structure(policy, par, pr, ex)
+        depth, children, first = _structure(spec, par, pr, ex)
         masks, root_mask = _to_masks(ex, root, bits)
         trees.append((depth, children, _trajectories(masks, par)))
         frontier.append(first)
@@ -128,13 +118,8 @@ def select_batch(
     return [sorted(x) for x in out]
 
 
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
-
-
 def _structure(
-    policy: str, parents: Sequence[int], probs: Sequence[float], experts: Sequence[ExpertSet] | None
+    spec, parents: Sequence[int], probs: Sequence[float], experts: Sequence[ExpertSet] | None
 ) -> tuple[list[int], list[list[int]], list[int]]:
     """Validate one tree's arrays; return each node's depth (first level = 1), its children, the first level."""
     n = len(parents)
@@ -154,8 +139,8 @@ def _structure(
         else:
             children[p].append(i)
             depth.append(depth[p] + 1)
-    if policy != "confidence" and (experts is None or any(e is None for e in experts)):
-        raise ValueError(f"policy {policy!r} needs an expert set for every node; got None")
+    if spec.predictor is not None and (experts is None or any(e is None for e in experts)):
+        raise ValueError(f"policy {spec.name!r} needs an expert set for every node; got None")
     return depth, children, roots
 
 
@@ -188,54 +173,3 @@ def _to_masks(
         return m
 
     return [mask(e) for e in experts], (0 if root_experts is None else mask(root_experts))
-
-
-def _greedy_static(
-    scores: Sequence[float],
-    probs: Sequence[float],
-    depth: list[int],
-    roots: list[int],
-    children: list[list[int]],
-    budget: int,
-) -> list[int]:
-    """Frontier-greedy by a fixed per-node score (a heap keyed by score, P, -depth, -index)."""
-    heap = [(-scores[i], -probs[i], depth[i], i) for i in roots]
-    heapq.heapify(heap)
-    out = []
-    for _ in range(budget):
-        i = heapq.heappop(heap)[3]
-        out.append(i)
-        for c in children[i]:
-            heapq.heappush(heap, (-scores[c], -probs[c], depth[c], c))
-    out.sort()
-    return out
-
-
-def _greedy_buffered(
-    probs: Sequence[float],
-    depth: list[int],
-    roots: list[int],
-    children: list[list[int]],
-    traj: list[int],
-    buf: int,
-    budget: int,
-    eps: float,
-) -> list[int]:
-    """EcoSpec Alg. 1: frontier-greedy by P / (|E_traj \\ B| + eps), B absorbing each pick's E_traj."""
-    frontier = list(roots)
-    out = []
-    for _ in range(budget):
-        notbuf = ~buf
-        best = -1
-        best_key: tuple[float, float, int, int] | None = None
-        for i in frontier:
-            pr = probs[i]
-            key = (pr / ((traj[i] & notbuf).bit_count() + eps), pr, -depth[i], -i)
-            if best_key is None or key > best_key:
-                best, best_key = i, key
-        frontier.remove(best)
-        frontier.extend(children[best])
-        buf |= traj[best]
-        out.append(best)
-    out.sort()
-    return out

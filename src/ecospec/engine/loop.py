@@ -22,10 +22,11 @@ from ecospec.engine.routing import RoutingCapture, expert_bitmasks, pass_counts
 from ecospec.engine.static_eagle3 import prepare_drafter
 from ecospec.engine.static_predictor import prepare_predictor
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_tree
+from ecospec.methods import needing_experts
 from ecospec.models.adapters import moe_info
 from ecospec.selection import POLICIES, select
 
-COST_AWARE = ("ecospec", "global_cost", "oracle")
+COST_AWARE = needing_experts()  # the methods whose rule reads expert sets (ecospec.methods)
 
 
 def _check(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new):

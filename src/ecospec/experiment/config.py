@@ -18,8 +18,9 @@ from ecospec.bench import settings_problem
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
+from ecospec.methods import method as method_spec
+from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
-from ecospec.selection import POLICIES
 from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 
@@ -599,8 +600,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     model, method, dataset = d["model"], d["method"], d["dataset"]
     _validate_model(model)
     _validate_dataset(dataset)
-    if method.get("selector") not in POLICIES:
-        raise _bad("method.selector", method.get("selector"), f"allowed: {', '.join(POLICIES)}")
+    if method.get("selector") not in method_names():
+        raise _bad("method.selector", method.get("selector"), f"allowed: {', '.join(method_names())}")
 
     kind = drafter_kind(d)
     drafters = model.get("drafters") or {}
@@ -637,10 +638,9 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     pred = method.get("predictor")
     if pred not in (None, *PREDICTORS):
         raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
-    if method["selector"] in ("ecospec", "global_cost") and pred != "learned":
-        raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor=learned")
-    if method["selector"] == "oracle" and pred != "oracle":
-        raise _bad("method.predictor", pred, "selector oracle needs predictor=oracle")
+    needs = method_spec(method["selector"]).predictor
+    if needs is not None and pred != needs:
+        raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")
     if pred == "learned":
         path = predictor_path(model)
         if model["source"] == "tiny":

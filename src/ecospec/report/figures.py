@@ -26,19 +26,12 @@ from matplotlib.ticker import MaxNLocator
 
 from ecospec.analysis.cost import fit_line
 from ecospec.experiment.heatmap import expert_load_figure
+from ecospec.methods import methods
 
 DPI = 150
 PAPER_MODELS = ("deepseek", "qwen3", "gptoss")  # Figure 1(c)'s three targets, always drawn
 CONFIDENCE_METHODS = ("eagle3", "baseline", "mtp")  # confidence (EAGLE-style) selection
-METHOD_COLOURS = {
-    "ar": "dimgray",
-    "baseline": "tab:blue",
-    "eagle3": "tab:cyan",
-    "mtp": "tab:purple",
-    "ecospec": "tab:red",
-    "global_cost": "tab:orange",
-    "oracle": "tab:green",
-}
+METHOD_COLOURS = {"ar": "dimgray", "eagle3": "tab:cyan", "mtp": "tab:purple", **{m.role: m.colour for m in methods()}}
 METHOD_MARKERS = {"baseline": "o", "eagle3": "s", "mtp": "^", "ecospec": "D"}
 FILE_NAME = re.compile(
     r"(fig1a_verify_latency|fig1b_unique_experts_vs_gamma|fig1c_expert_bytes|fig4_expert_load_.+)\.(png|pdf)"

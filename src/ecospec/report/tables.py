@@ -24,6 +24,7 @@ import pandas as pd
 
 from ecospec.analysis.cost import ModelCost, StepParts, fit_overhead, load_model_config, modeled_step, step_parts
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.methods import methods
 from ecospec.report.paper import paper_values
 
 MAIN = {"gamma": "model", "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1); γ: each model's
@@ -34,8 +35,8 @@ DATASETS = {
     "mtbench": "MT-Bench", "mmstar": "MMStar",
 }  # fmt: skip
 DRAFTERS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model", "gto": "GTO"}
-ROLES = {"ar": "AR", "baseline": "", "global_cost": "Global Cost", "ecospec": "EcoSpec", "oracle": "Oracle"}
-SELECTOR_ROLES = {"confidence": "baseline", "ecospec": "ecospec", "global_cost": "global_cost", "oracle": "oracle"}
+ROLES = {"ar": "AR", **{m.role: m.label for m in methods()}}  # in the tables' order (ecospec.methods)
+SELECTOR_ROLES = {m.name: m.role for m in methods()}
 SPD_ALPHA_E = ["speedup", "alpha", "E"]
 LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ", "drafter_path": "Drafter checkpoint",
           "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
@@ -78,7 +79,7 @@ def infer_defaults(frame: pd.DataFrame) -> dict[str, dict]:
 
 
 def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
-    """The ok records with derived columns: role (ar, baseline, global_cost, ecospec, oracle), label (the
+    """The ok records with derived columns: role (ar, or the method's role: `ecospec.methods`), label (the
     method as the tables print it), paper_method (the paper CSVs' name for it), std_drafter / std_predictor (the
     model's standard drafter checkpoint / predictor checkpoint, or none used), standard (both), Dataset (its
     printed name), hbm_gb and sort ranks. Idempotent."""

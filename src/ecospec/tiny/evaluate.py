@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-METHODS = (  # name, selector, predictor kind (global_cost and the oracle: python run.py -m experiment=tiny_repro)
+METHODS = (  # name, selector, predictor kind (the other methods: python run.py -m experiment=tiny_repro)
     ("ar", "confidence", None),
     ("confidence", "confidence", None),
     ("ecospec", "ecospec", "learned"),

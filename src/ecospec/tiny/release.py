@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ecospec.atomic import replace_dir
 from ecospec.cache import digest, sha256_file
+from ecospec.methods import methods
 
 RELEASE_DIR = Path(__file__).with_name("release")
 MANIFEST = "manifest.json"
@@ -51,7 +52,7 @@ KEEP = {
 
 
 # the evaluate stage's selectors that call the expert predictor (the others' T_pred is timer noise, ~1e-4)
-PREDICTED = ("ecospec", "global_cost")
+PREDICTED = tuple(m.name for m in methods() if m.predictor == "learned")
 
 
 class ReleaseError(RuntimeError):

@@ -1,0 +1,88 @@
+"""Methods: how one SD step picks the draft nodes the target verifies. Each module of this package registers one
+`MethodSpec` (its name, what it needs, how the reports print it, its rule), so a new method is a new module here
+plus its `conf/method/*.yaml`, nothing else. Importable without torch: validation and the reports read it.
+
+A rule sees the draft tree as `Candidates` (structure, probabilities, expert trajectories as int bitmasks, the
+buffer of experts already loaded) and returns the node indices to verify, prefix-closed (docs/design.md,
+"Selection rules").
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class Candidates:
+    """One draft tree as a rule sees it. `traj[i]`: E_traj(i) as an int bitmask (None for a rule that needs no
+    expert sets); `buffer`: the experts the pass loads anyway (the root's), as a bitmask."""
+
+    parents: Sequence[int]
+    probs: Sequence[float]
+    depth: list[int]  # first level = 1
+    roots: list[int]  # the first level's nodes
+    children: list[list[int]]
+    traj: list[int] | None
+    buffer: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the project knows of a method, in one place."""
+
+    name: str  # `method.selector` in conf/method, the policy of `ecospec.select`
+    label: str  # how the tables print it ("" for the baseline: the tables print its drafter instead)
+    colour: str  # its colour in the figures (matplotlib)
+    role: str  # its role in the paper's tables (baseline for the confidence rerank, else usually its name)
+    predictor: str | None  # the expert sets it needs: None, "learned" (the expert predictor) or "oracle"
+    buffered: bool  # keeps an expert buffer across picks (then a batch may share one, `select_batch`)
+    rule: Callable[[Candidates, int], list[int]]  # (candidates, budget) -> chosen node indices
+    order: int = 50  # its place in the tables (smaller first)
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    """Add a method; a name registered twice is a programming error."""
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"method {spec.name!r} is registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    """Import every module of this package once (each registers its method)."""
+    if getattr(_discover, "done", False):
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _discover.done = True
+
+
+def methods() -> list[MethodSpec]:
+    """Every registered method, in the tables' order."""
+    _discover()
+    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+
+
+def names() -> tuple[str, ...]:
+    return tuple(m.name for m in methods())
+
+
+def method(name: str) -> MethodSpec:
+    """The method called `name`; an unknown one is a ValueError naming the registered ones."""
+    _discover()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def needing_experts() -> tuple[str, ...]:
+    """The methods whose rule reads expert sets (a predictor's or the router's)."""
+    return tuple(m.name for m in methods() if m.predictor is not None)

@@ -1,0 +1,44 @@
+"""The frontier-greedy walks the rules share: every pick is a node whose parent is the root or already picked, so
+every result is prefix-closed. Ties: larger P, then smaller depth, then smaller index."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from ecospec.methods import Candidates
+
+
+def greedy_static(c: Candidates, scores: Sequence[float], budget: int) -> list[int]:
+    """Frontier-greedy by a fixed per-node score (a heap keyed by score, P, -depth, -index)."""
+    heap = [(-scores[i], -c.probs[i], c.depth[i], i) for i in c.roots]
+    heapq.heapify(heap)
+    out = []
+    for _ in range(budget):
+        i = heapq.heappop(heap)[3]
+        out.append(i)
+        for child in c.children[i]:
+            heapq.heappush(heap, (-scores[child], -c.probs[child], c.depth[child], child))
+    out.sort()
+    return out
+
+
+def greedy_buffered(c: Candidates, budget: int) -> list[int]:
+    """EcoSpec Alg. 1: frontier-greedy by P / (|E_traj \\ B| + eps), B absorbing each pick's E_traj."""
+    frontier = list(c.roots)
+    buf, out = c.buffer, []
+    for _ in range(budget):
+        notbuf = ~buf
+        best = -1
+        best_key: tuple[float, float, int, int] | None = None
+        for i in frontier:
+            pr = c.probs[i]
+            key = (pr / ((c.traj[i] & notbuf).bit_count() + c.eps), pr, -c.depth[i], -i)
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        frontier.remove(best)
+        frontier.extend(c.children[best])
+        buf |= c.traj[best]
+        out.append(best)
+    out.sort()
+    return out
