@@ -23,18 +23,14 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from ecospec.families import families
+
 PARALLEL = ("device_map", "tp", "ep")
 # family -> HF config class module and name (read without building a model)
-_CONFIG_CLASSES = {
-    "qwen3_moe": ("transformers.models.qwen3_moe.configuration_qwen3_moe", "Qwen3MoeConfig"),
-    "gpt_oss": ("transformers.models.gpt_oss.configuration_gpt_oss", "GptOssConfig"),
-    "deepseek_v3": ("transformers.models.deepseek_v3.configuration_deepseek_v3", "DeepseekV3Config"),
-    "mixtral": ("transformers.models.mixtral.configuration_mixtral", "MixtralConfig"),
-}
-# (family, mode) that transformers' plans name but that do not run: measured with transformers 5.24 on CPU/gloo
-# (tests/test_parallel.py): GPT-OSS's expert-parallel forward fails in its router ("Class values must be smaller
-# than num_classes").
-BROKEN = {("gpt_oss", "ep"): "transformers' expert-parallel GPT-OSS forward fails (router one-hot over local experts)"}
+_CONFIG_CLASSES = {f.name: f.config_class for f in families()}
+# (family, mode) that transformers' plans name but that do not run (each family's record says why; measured with
+# transformers 5.24 on CPU/gloo, tests/test_parallel.py)
+BROKEN = {(f.name, mode): why for f in families() for mode, why in f.broken.items()}
 
 
 def plans(family: str) -> dict[str, dict]:

@@ -43,9 +43,6 @@ from pathlib import Path
 
 MIN_TORCH = (2, 11)
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: pyproject.toml, run.py, conf/
-# one tiny random model per family (ecospec.models.PRESETS): all-MoE Qwen3, GPT-OSS with sliding/full layers and
-# sinks, DeepSeek-V3 with MLA and grouped routing, Mixtral with a sliding window
-FAMILIES = {"qwen3_moe": "qwen3_moe-a", "gpt_oss": "gpt_oss-a", "deepseek_v3": "deepseek_v3-a", "mixtral": "mixtral-b"}
 SD = {"selector": "ecospec", "predictor": "oracle", "gamma": 4, "depth": 3, "topk": 2}
 VL_MODELS = ("qwen3", "gptoss")
 # per device: prompts and new tokens of sd_vs_ar; the verify_latency sweep
@@ -243,7 +240,7 @@ def step_sd_vs_ar(ctx: dict) -> tuple[dict, str]:
 
     device, size = ctx["device"], ctx["sizes"]
     families, failures = {}, []
-    for family, preset in FAMILIES.items():
+    for family, preset in _families().items():
         row: dict = {"preset": preset}
         ar32 = None
         for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -353,7 +350,7 @@ def step_routes_grouped_mm(ctx: dict) -> tuple[dict, str]:
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(3, 256, (4, 48), generator=gen).to(device)
     families, failures, skips = {}, [], []
-    for family, preset in FAMILIES.items():
+    for family, preset in _families().items():
         row = {"preset": preset}
         for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             out = {}
@@ -389,7 +386,7 @@ def step_routes_grouped_mm(ctx: dict) -> tuple[dict, str]:
     result = {"families": families, "asserted": "fp32 routes equal; bf16 recorded", "tokens": list(ids.shape)}
     if failures:
         raise StepFailed("; ".join(failures), result)
-    if skips and len(skips) == 2 * len(FAMILIES):
+    if skips and len(skips) == 2 * len(_families()):
         raise Skip(f"grouped_mm does not run on this CPU: {skips[0]}")
     if skips:
         result["skipped"] = skips
@@ -484,6 +481,13 @@ def run_step(name: str, fn: Callable[[dict], tuple[dict, str]], ctx: dict) -> di
                    traceback=traceback.format_exc()[-4000:])  # fmt: skip
     rec["wall_s"] = time.perf_counter() - t0
     return rec
+
+
+def _families() -> dict[str, str]:
+    """One tiny random model per family, the one its record names (`ecospec.families`: check_preset)."""
+    from ecospec.families import families
+
+    return {f.name: f.check_preset for f in families()}
 
 
 def _now() -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ecospec.families import family
 from ecospec.models.adapters import bypasses_router, moe_blocks, moe_info, routers
 
 POLICIES = ("truncate", "substitute")
@@ -35,7 +36,7 @@ class ExpertBudget:
             raise ValueError(f"budget_policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         if not isinstance(budget, int) or budget < info.top_k:
             raise ValueError(f"expert_budget must be an integer >= top-k = {info.top_k}, got {budget!r}")
-        self.family, self.budget, self.policy = info.family, min(budget, info.num_experts), policy
+        self.family, self.budget, self.policy = family(info.family), min(budget, info.num_experts), policy
         self.num_experts, self.top_k = info.num_experts, info.top_k
         self.routers = routers(target)
         if any(bypasses_router(b) for b in moe_blocks(target)):
@@ -65,10 +66,8 @@ class ExpertBudget:
     # -- the rule -------------------------------------------------------------------------------------------------
 
     def scores(self, router, logits: torch.Tensor) -> torch.Tensor:
-        """[tokens, N] the score the kept set is ranked by."""
-        if self.family == "deepseek_v3":
-            return logits.float().sigmoid() + router.e_score_correction_bias.float()
-        return torch.softmax(logits.float(), dim=-1)
+        """[tokens, N] the score the kept set is ranked by (the family's)."""
+        return self.family.scores(router, logits)
 
     def kept(self, router, logits: torch.Tensor) -> torch.Tensor:
         """bool [N]: the `budget` experts with the largest score summed over the pass's real tokens."""
@@ -100,50 +99,11 @@ class ExpertBudget:
             weights[sub], indices[sub] = w.to(weights.dtype), i
         return weights, indices
 
-    def _normalises(self, router) -> bool:
-        return {"qwen3_moe": bool(getattr(router, "norm_topk_prob", True)), "mixtral": True, "gpt_oss": True,
-                "deepseek_v3": bool(getattr(router, "norm_topk_prob", False))}[self.family]  # fmt: skip
-
     def _truncate(self, router, logits, weights, indices, keep):
         inside = keep[indices]
         first_kept = int(keep.nonzero()[0])
-        if self.family == "gpt_oss":  # its weights are a softmax over its top-k logits: over the kept ones now
-            top = logits.gather(1, indices).float().masked_fill(~inside, float("-inf"))
-            w = torch.softmax(top, dim=-1)
-        elif self.family == "deepseek_v3":
-            raw = logits.float().sigmoid().gather(1, indices) * inside
-            w = raw / (raw.sum(-1, keepdim=True) + 1e-20) if self._normalises(router) else raw
-            w = w * router.routed_scaling_factor
-        else:
-            probs = torch.softmax(logits.float(), dim=-1).gather(1, indices) * inside
-            w = probs / probs.sum(-1, keepdim=True) if self._normalises(router) else probs
+        w = self.family.truncate(router, logits, indices, inside, self.family.normalises(router))
         return w, torch.where(inside, indices, torch.full_like(indices, first_kept))
 
     def _substitute(self, router, logits, keep):
-        k = self.top_k
-        if self.family == "deepseek_v3":
-            scores = logits.float().sigmoid()
-            choice = (scores + router.e_score_correction_bias.float()).masked_fill(~keep, float("-inf"))
-            groups = router.num_group
-            per = self.num_experts // groups
-            grouped = choice.view(-1, groups, per)
-            group_scores = grouped.topk(min(2, per), dim=-1)[0].nan_to_num(neginf=-1e30).sum(-1)
-            chosen = torch.topk(group_scores, k=router.topk_group, dim=-1)[1]
-            mask = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, chosen, True)
-            in_groups = choice.masked_fill(~mask.repeat_interleave(per, dim=1), float("-inf"))
-            idx = torch.topk(in_groups, k=k, dim=-1)[1]
-            short = torch.isinf(in_groups.gather(1, idx))  # the groups hold fewer than k kept experts: fill up
-            for r in short.any(dim=1).nonzero()[:, 0].tolist():
-                good = [e for e, bad in zip(idx[r].tolist(), short[r].tolist(), strict=True) if not bad]
-                best = [e for e in torch.argsort(choice[r], descending=True).tolist() if keep[e] and e not in good]
-                idx[r] = torch.tensor(good + best[: k - len(good)], device=idx.device)
-            w = scores.gather(1, idx)
-            if self._normalises(router):
-                w = w / (w.sum(-1, keepdim=True) + 1e-20)
-            return w * router.routed_scaling_factor, idx
-        if self.family == "gpt_oss":
-            top, idx = torch.topk(logits.float().masked_fill(~keep, float("-inf")), k=k, dim=-1)
-            return torch.softmax(top, dim=-1), idx
-        probs = torch.softmax(logits.float(), dim=-1)
-        top, idx = torch.topk(probs.masked_fill(~keep, -1.0), k=k, dim=-1)
-        return (top / top.sum(-1, keepdim=True) if self._normalises(router) else top), idx
+        return self.family.substitute(router, logits, keep, self.top_k, self.family.normalises(router))

@@ -1,13 +1,9 @@
 """Family adapters: what the engine and the cost models need to know about an HF MoE causal LM.
 
-Supported (transformers 5.x classes), family, router module, dense (non-MoE) decoder layers:
+The supported families (their HF classes, the router's attribute, their rules) are the records of
+`ecospec.families`. A MoE decoder layer is one whose MLP holds ``experts``.
 
-* ``Qwen3MoeForCausalLM``, qwen3_moe, ``layer.mlp.gate``: ``mlp_only_layers`` / ``decoder_sparse_step``
-* ``GptOssForCausalLM``, gpt_oss, ``layer.mlp.router``: none
-* ``DeepseekV3ForCausalLM``, deepseek_v3, ``layer.mlp.gate``: the first ``first_k_dense_replace``
-* ``MixtralForCausalLM``, mixtral, ``layer.mlp.gate``: none
-
-In all four the router's forward returns ``(router_logits, top_k_weights, top_k_indices)`` where the
+In every family the router's forward returns ``(router_logits, top_k_weights, top_k_indices)`` where the
 indices are a LongTensor ``[tokens, k]`` over the flattened ``[batch * seq]`` tokens. Routed experts are
 stored fused in ``layer.mlp.experts`` as 3-D parameters whose first dimension is the expert index.
 """
@@ -19,13 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ecospec.families import by_class
+
 # HF class name -> (family, name of the router attribute of a MoE block)
-_CLASSES: dict[str, tuple[str, str]] = {
-    "Qwen3MoeForCausalLM": ("qwen3_moe", "gate"),
-    "GptOssForCausalLM": ("gpt_oss", "router"),
-    "DeepseekV3ForCausalLM": ("deepseek_v3", "gate"),
-    "MixtralForCausalLM": ("mixtral", "gate"),
-}
+_CLASSES: dict[str, tuple[str, str]] = {cls: (f.name, f.router) for cls, f in by_class().items()}
 _MODEL_TYPES = {family: cls for cls, (family, _) in _CLASSES.items()}  # config.model_type -> class name
 SUPPORTED_CLASSES: tuple[str, ...] = tuple(_CLASSES)
 
@@ -36,7 +29,7 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class MoeInfo:
-    family: str  # "qwen3_moe" | "gpt_oss" | "deepseek_v3" | "mixtral"
+    family: str  # the HF model_type (`ecospec.families`)
     num_layers: int
     moe_layers: tuple[int, ...]  # decoder-layer indices that have a routed-expert block
     num_experts: int  # N routed experts per MoE layer
