@@ -9,6 +9,9 @@ buys back (break-even: T_pred / (layers x that cost)), and the saving that would
 EAGLE-3 at equal alpha.
 
     python benchmarks/ecospec_breakeven.py [--prompts 8] [--tokens 64] [--datasets gsm8k,humaneval,math500,mtbench]
+
+Eager engine only: it times the experts modules inside the eager target's verify passes (`EagerTarget.verify`);
+the compiled engine's experts run inside one graph, which no hook can split.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 import torch
 
 import ecospec
-from ecospec.engine import loop
+from ecospec.engine import targets
 from ecospec.tiny.build import paths
 from ecospec.tiny.evaluate import heldout_ids, load_components
 
@@ -27,8 +30,8 @@ METHODS = (("eagle3", "confidence", None), ("ecospec", "ecospec", "learned"), ("
 
 
 class ExpertClock:
-    """Seconds spent inside every MoE layer's experts module (forward hooks) during verify passes: the decode
-    loop's `forward_block` calls without `logits_to_keep` (the prefill and the oracle's extra pass keep 1)."""
+    """Seconds spent inside every MoE layer's experts module (forward hooks) during the eager target's verify
+    passes (`EagerTarget.verify`: not the prefill, not the oracle's extra look-up pass)."""
 
     def __init__(self, target):
         self.verify_seconds = 0.0
@@ -37,16 +40,15 @@ class ExpertClock:
         for layer in target.model.layers:
             layer.mlp.experts.register_forward_pre_hook(lambda m, a: self._start.append(time.perf_counter()))
             layer.mlp.experts.register_forward_hook(self._stop)
-        inner = loop.forward_block
+        inner = targets.EagerTarget.verify
 
-        def forward_block(*args, **kwargs):
+        def verify(tgt, *args, **kwargs):
             before = self._inside
-            out = inner(*args, **kwargs)
-            if "logits_to_keep" not in kwargs:
-                self.verify_seconds += self._inside - before
+            out = inner(tgt, *args, **kwargs)
+            self.verify_seconds += self._inside - before
             return out
 
-        loop.forward_block = forward_block
+        targets.EagerTarget.verify = verify
 
     def _stop(self, module, args, out) -> None:
         self._inside += time.perf_counter() - self._start.pop()

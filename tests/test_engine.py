@@ -207,7 +207,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
 
     target, draft = models64(preset)
     oracle, chosen = [], []
-    real_oracle, real_select = loop._oracle_experts, loop.select
+    real_oracle, real_select = loop.oracle_experts, loop.select
 
     def spy_oracle(*args):
         out = real_oracle(*args)
@@ -219,7 +219,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         chosen.append(out)
         return out
 
-    monkeypatch.setattr(loop, "_oracle_experts", spy_oracle)
+    monkeypatch.setattr(loop, "oracle_experts", spy_oracle)
     monkeypatch.setattr(loop, "select", spy_select)
     ids = prompt(20, target.config.vocab_size, seed=13)
     res = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",

@@ -9,7 +9,6 @@ from conftest import prompt
 from scipy.stats import chisquare
 
 import ecospec
-import ecospec.engine.loop as loop
 from ecospec.drafters.draft_model import DraftModelDrafter
 from ecospec.engine.sampling import target_probs
 from ecospec.models.loading import perturbed_copy, tiny_model
@@ -110,13 +109,15 @@ def test_compiled_sd_sampling_matches_target(small_vocab):
 
 def test_control_biased_acceptance_is_detected(small_vocab, monkeypatch):
     """Accepting drafts with probability sqrt(p(x)) instead of p(x) must fail the same test."""
+    from ecospec.engine import step
+
     target, draft, ids = small_vocab
-    real = loop.accept_sampling
+    real = step.accept_sampling
 
     def biased(tokens, parents, ranks, logits, temperature, top_p, generator):
         return real(tokens, parents, ranks, logits * 0.5, temperature, top_p, generator)
 
-    monkeypatch.setattr(loop, "accept_sampling", biased)
+    monkeypatch.setattr(step, "accept_sampling", biased)  # what every step's Block.accept calls
     expected = exact_joint(target, ids, 1.0, 1.0) * CONTROL_RUNS
     counts, _ = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0, runs=CONTROL_RUNS)
     assert pvalue(counts, expected) < 1e-6

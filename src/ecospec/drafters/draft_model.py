@@ -17,6 +17,8 @@ class DraftModelDrafter:
     are appended behind it (one slot per expanded node) and dropped at the next `begin`.
     """
 
+    kind = "draft_model"  # the drafter kind it drafts as (method.drafter; engine.scope)
+
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, model):

@@ -389,6 +389,8 @@ class Eagle3Drafter:
     hold what); tree entries appended by `expand` are dropped at the next `begin` (or when a different tree object
     is expanded)."""
 
+    kind = "eagle3"  # the drafter kind it drafts as (method.drafter; engine.scope)
+
     def __init__(
         self,
         head: Eagle3Head,

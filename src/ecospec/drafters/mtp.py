@@ -170,6 +170,8 @@ class MtpDrafter:
     (or when a different tree object is expanded). `target` supplies the embedding / lm_head the head has no copy
     of."""
 
+    kind = "mtp"  # the drafter kind it drafts as (method.drafter; engine.scope)
+
     def __init__(self, head: MtpHead, target=None):
         if target is not None:
             head.tie(target)

@@ -10,20 +10,20 @@ forward per tree level and one predictor forward per step for the whole batch.
 
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
-from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.batch import RowBlock, compact_rows, drop_rows, forward_rows
 from ecospec.engine.budget import ExpertBudget
 from ecospec.engine.forward import attention_layout, cache_len, crop_cache, new_cache
-from ecospec.engine.loop import COST_AWARE, _check, _first_token, _now, eos_set
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace, mean_experts
 from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts
+from ecospec.engine.step import Block, check_args, eos_set, first_token
+from ecospec.engine.timer import StepTimer
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_trees
+from ecospec.methods import method
 from ecospec.models.adapters import moe_info
 from ecospec.selection import select, select_batch
 
@@ -90,7 +90,9 @@ def generate_batch(
     if empty:
         raise ValueError(f"generate_batch: prompt {empty[0]} is empty (every prompt needs at least one token)")
     for p in rows_in:
-        _check(target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
+        check_args(
+            target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens
+        )
     seeds = [seed] * len(rows_in) if isinstance(seed, int) else list(seed)
     if len(seeds) != len(rows_in) or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"generate_batch: seed must be an int or one int per prompt ({len(rows_in)}), got {seed!r}")
@@ -111,12 +113,14 @@ def generate_batch(
     loads = [torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long) for _ in range(size)]
     out = BatchResult(results=results)
     cache = new_cache()
+    timer = StepTimer(device)
+    needs_experts = method(selector).predictor is not None
 
     budget = ExpertBudget(target, expert_budget, budget_policy) if expert_budget is not None else nullcontext()
     with budget, RoutingCapture(target) as cap:  # the budget's router hook first: the capture sees what ran
         # Prefill every prompt in one forward; each row's last prompt position gives its first new token (its first
         # root), as in `generate`.
-        t0, c0 = _now(device), time.thread_time()
+        timer.start()
         active = list(range(size))  # sequences still in the batch, in cache-row order
         blocks = [RowBlock(p.tolist(), list(range(len(p))), _causal(len(p))) for p in rows_in]
         res, _ = forward_rows(target, layout, cache, [0] * size, blocks, hidden=bool(feats))
@@ -125,29 +129,31 @@ def generate_batch(
         for b, p in enumerate(rows_in):
             if feats:
                 hidden_new[b] = torch.cat([res.hidden_states[i][b : b + 1, : len(p)] for i in feats], -1)
-            roots.append(_first_token(res.logits[b, len(p) - 1 : len(p)].float(), temperature, top_p, gens[b]))
+            roots.append(first_token(res.logits[b, len(p) - 1 : len(p)].float(), temperature, top_p, gens[b]))
         lengths = [len(p) for p in rows_in]
         cap.clear()
-        out.t_prefill, out.t_prefill_cpu = _now(device) - t0, time.thread_time() - c0
+        timer.mark("prefill")
+        t = timer.stop()
+        out.t_prefill, out.t_prefill_cpu = t["total"], t["cpu"]
         # committed since the drafter last saw the sequence (the prompt and the root); last = root
         new_tokens = [torch.cat([p, torch.tensor([r])])[None].to(device) for p, r in zip(rows_in, roots, strict=True)]
         active, lengths = _commit(results, {s: [roots[s]] for s in active}, active, lengths, cache, drafter, predictor,
                                   eos, max_new_tokens)  # fmt: skip
 
         while active:
-            t_start, c_start = _now(device), time.thread_time()
+            timer.start()
             # 1. Every sequence drafts its tree: one drafter forward per tree level for the whole batch.
             trees = {s: DraftTree() for s in active}
             if drafter is not None:
                 hid = [hidden_new[s][0] for s in active] if feats else None
                 root_logp, root_ids = drafter.begin_rows([new_tokens[s][0] for s in active], hid, topk)
                 trees.update(zip(active, grow_trees(root_logp, root_ids, drafter.expand_rows, depth), strict=True))
-            t_drafted = _now(device)
+            timer.mark("draft")
 
             # 2. Expert sets of every candidate (cost-aware selectors): one predictor forward for the batch.
             experts = dict.fromkeys(active)
             root_experts = dict.fromkeys(active)
-            if drafter is not None and selector in COST_AWARE:
+            if drafter is not None and needs_experts:
                 if predictor == "oracle":
                     roots_m, nodes_m = _oracle_rows(target, layout, cache, cap, info, lengths, roots, trees, active)
                 else:
@@ -156,7 +162,7 @@ def generate_batch(
                     )
                 root_experts.update(zip(active, roots_m, strict=True))
                 experts.update(zip(active, nodes_m, strict=True))
-            t_predicted = _now(device)
+            timer.mark("pred")
 
             # 3. Select gamma-1 nodes per sequence (with one buffer for the batch when asked).
             with_nodes = [s for s in active if len(trees[s])]
@@ -172,17 +178,13 @@ def generate_batch(
                 for s in with_nodes:
                     t = trees[s]
                     chosen[s] = select(selector, t.parents, t.probs, experts[s], gamma - 1, root_experts[s])
-            t_selected = _now(device)
+            timer.mark("select")
 
             # 4. Verify every sequence's root + chosen nodes in one target forward; accept; compact each row.
-            blocks, parents_of = [], {}
-            for s in active:
-                t, pick = trees[s], chosen[s]
-                slot = {node: j + 1 for j, node in enumerate(pick)}
-                parents_of[s] = [-1] + [slot.get(t.parents[i], 0) for i in pick]
-                tokens = [roots[s]] + [t.tokens[i] for i in pick]
-                depths = [0] + [t.depths[i] for i in pick]
-                blocks.append(RowBlock(tokens, depths, ancestor_mask([p - 1 for p in parents_of[s][1:]])))
+            blks = {s: Block.of(roots[s], trees[s], chosen[s]) for s in active}
+            blocks = [
+                RowBlock(b.tokens, b.depths, ancestor_mask([p - 1 for p in b.parents[1:]])) for b in blks.values()
+            ]
             start = cache_len(cache)
             if expert_budget is not None:  # one budget for the whole batched pass (it loads the union); SD only
                 budget.active = drafter is not None
@@ -195,42 +197,37 @@ def generate_batch(
             pass_counts = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
             paths, produced = [], {}
             for r, s in enumerate(active):
-                blk = blocks[r]
+                blk = blks[s]
                 m = len(blk.tokens)
                 counts = expert_counts(routes[:, r, :m], info.num_experts)
                 loads[s] += counts
                 pass_counts += counts
-                logits = res.logits[r, :m].float()
-                if temperature == 0:
-                    path, bonus = accept_greedy(blk.tokens, parents_of[s], logits)
-                else:
-                    ranks = [1.0] + [trees[s].probs[i] for i in chosen[s]]
-                    path, bonus = accept_sampling(blk.tokens, parents_of[s], ranks, logits, temperature, top_p, gens[s])
+                path, bonus = blk.accept(res.logits[r, :m].float(), temperature, top_p, gens[s])
                 paths.append(path)
                 if feats:
                     hidden_new[s] = torch.cat([res.hidden_states[i][r : r + 1, path] for i in feats], dim=-1)
                 produced[s] = [blk.tokens[j] for j in path[1:]] + [bonus]
                 step_trace = None
                 if trace:
-                    step_trace = StepTrace(
-                        blk.tokens, parents_of[s], list(blk.offsets), list(path), routes[:, r, :m].tolist()
-                    )
+                    step_trace = StepTrace(blk.tokens, blk.parents, list(blk.depths), list(path),
+                                           routes[:, r, :m].tolist())  # fmt: skip
                 results[s].steps.append(
                     StepStats(accepted=len(produced[s]), verified=m, experts=(counts > 0).sum(dim=1).tolist(),
-                              t_pred=t_predicted - t_drafted, t_draft=t_drafted - t_start, trace=step_trace)
+                              trace=step_trace)
                 )  # fmt: skip
             lengths = compact_rows(cache, lengths, start, paths)
-            t_end, c_end = _now(device), time.thread_time()
-            for s in active:
+            timer.mark("verify")
+            t = timer.stop()
+            for s in active:  # each sequence's step is the batched pass's (its phases and its CPU time)
                 st = results[s].steps[-1]
-                st.t_select, st.t_verify = t_selected - t_predicted, t_end - t_selected
+                st.t_draft, st.t_pred, st.t_select, st.t_verify = t["draft"], t["pred"], t["select"], t["verify"]
                 st.t_total = st.t_draft + st.t_pred + st.t_select + st.t_verify
-                st.t_cpu = c_end - c_start  # the batched pass's, as its t_total
+                st.t_cpu = t["cpu"]
             out.steps.append(
                 BatchStepStats(
                     sequences=len(active), verified=int(real.sum()), experts=(pass_counts > 0).sum(dim=1).tolist(),
-                    t_draft=t_drafted - t_start, t_pred=t_predicted - t_drafted, t_select=t_selected - t_predicted,
-                    t_verify=t_end - t_selected, t_total=t_end - t_start, t_cpu=c_end - c_start,
+                    t_draft=t["draft"], t_pred=t["pred"], t_select=t["select"], t_verify=t["verify"],
+                    t_total=t["total"], t_cpu=t["cpu"],
                 )
             )  # fmt: skip
 

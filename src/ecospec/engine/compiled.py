@@ -20,25 +20,19 @@ from dataclasses import dataclass, field
 import torch
 
 from ecospec.engine.graphs import compile_method
+from ecospec.engine.scope import compiled_problem
 from ecospec.engine.static_qwen3 import StaticQwen3
 from ecospec.engine.tree import ancestor_mask
 from ecospec.models.adapters import moe_info
 
-ENGINES = ("eager", "compiled")
-
 
 def refusal(target, drafter=None, expert_budget=None) -> str | None:
-    """Why `engine="compiled"` cannot run this decode (one line), or None. Never a silent fall back to eager."""
-    family = moe_info(target).family
-    if family != "qwen3_moe":
-        return f"engine=compiled supports Qwen3-MoE targets only (got {family}); use engine=eager"
-    if target.config.hidden_act != "silu":
-        return f"engine=compiled needs SwiGLU experts (hidden_act silu, got {target.config.hidden_act})"
-    if expert_budget is not None:
-        return "engine=compiled does not take an expert budget (MoE-Spec) yet; use engine=eager"
-    if drafter is not None and type(drafter).__name__ not in ("Eagle3Drafter", "CompiledEagle3", "DraftModelDrafter"):
-        return f"engine=compiled takes EAGLE-3 heads and draft models as drafters, not {type(drafter).__name__}"
-    return toolchain_missing()
+    """Why `engine="compiled"` cannot run this decode (one line), or None (`engine.scope.compiled_problem`, which
+    validation asks too, then the toolchain). Never a silent fall back to eager."""
+    kind = None if drafter is None else getattr(drafter, "kind", type(drafter).__name__)
+    problem = compiled_problem(moe_info(target).family, hidden_act=target.config.hidden_act, drafter=kind,
+                               expert_budget=expert_budget)  # fmt: skip
+    return problem or toolchain_missing()
 
 
 def toolchain_missing() -> str | None:
@@ -82,6 +76,23 @@ class CompiledTarget:
         self._tree = {q: eye.clone() for q, eye in self._eye.items()}
         self._start = torch.zeros((), dtype=torch.long, device=dev)
         self._src = torch.arange(self.gamma, device=dev)  # the compaction's source rows: the path, then identity
+
+    def __enter__(self) -> CompiledTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.routes = []
+
+    def prepare_parts(self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool):
+        """The EAGLE-3 head's draft steps and the expert predictor's pass compiled too (a draft model, the oracle and
+        a method without a predictor keep theirs)."""
+        from ecospec.engine.static_eagle3 import prepare_drafter
+        from ecospec.engine.static_predictor import prepare_predictor
+
+        drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len)
+        if predicted:
+            predictor = prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len)
+        return drafter, predictor
 
     def _check_room(self, n: int) -> None:
         if n > self.max_len:

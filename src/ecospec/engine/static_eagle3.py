@@ -149,6 +149,8 @@ class StaticEagle3(nn.Module):
 class CompiledEagle3:
     """An `Eagle3Drafter` whose head passes run compiled (the module docstring); batch size 1."""
 
+    kind = "eagle3"  # the drafter kind it drafts as (method.drafter; engine.scope)
+
     def __init__(self, drafter, *, gamma: int, depth: int, topk: int, max_len: int):
         head = drafter.head
         if getattr(drafter.embed, "weight", None) is None:
@@ -325,7 +327,7 @@ _PREPARED: dict[tuple, CompiledEagle3] = {}
 def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int):
     """The compiled form of an `Eagle3Drafter` (prepared once per head, weights and shapes); any other drafter
     (a draft model: its own eager forward) and an already compiled one are returned as they are."""
-    if type(drafter).__name__ != "Eagle3Drafter":
+    if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3):
         return drafter
     head = drafter.head
     weights = tuple((p.data_ptr(), p._version) for p in head.parameters())

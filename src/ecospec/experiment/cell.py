@@ -15,7 +15,6 @@ import ecospec
 from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
-from ecospec.engine.loop import COST_AWARE
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import Components, load_components
@@ -37,6 +36,7 @@ from ecospec.experiment.metrics import (
     summarize,
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
+from ecospec.methods import needing_experts
 from ecospec.models import moe_info
 from ecospec.models.storage import loaded_storage
 from ecospec.parallel import env_rank
@@ -63,7 +63,7 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
             predictor = None if ar else comp.predictor
             engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"],
-                                            predictor=predictor if method["selector"] in COST_AWARE else None,
+                                            predictor=predictor if method["selector"] in needing_experts() else None,
                                             depth=cfg["depth"], topk=cfg["topk"])  # fmt: skip
             t0, c0 = clock_now()
             res = ecospec.generate(

@@ -18,6 +18,7 @@ from ecospec.bench import settings_problem
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
+from ecospec.engine.scope import ENGINES, compiled_problem
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
@@ -57,8 +58,6 @@ CELL_KEYS = (
     "engine",  # eager | compiled (our engine's forward): identity only when not eager
 )
 BACKENDS = ("hf", "vllm")
-ENGINES = ("eager", "compiled")  # engine.compiled.ENGINES (not imported: validation loads no torch)
-COMPILED_DRAFTERS = ("eagle3", "gto", "draft_model")  # what engine=compiled drafts with (engine.compiled.refusal)
 # what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
 VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
 VLLM_METHODS = ("ar", "eagle3", "mtp", "draft", "ngram")  # vllm_backend.args.METHODS (not imported: stdlib here)
@@ -502,27 +501,19 @@ AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times
 
 
 def _validate_engine(d: Mapping) -> None:
-    """engine=compiled's scope (docs/engine.md, The compiled engine): one line for what it does not run yet."""
+    """engine=compiled's scope (docs/engine.md, The compiled engine; `engine.scope.compiled_problem`, what the
+    engine itself asks): one line for what it does not run yet."""
     engine = d.get("engine") or "eager"
     if engine not in ENGINES:
         raise _bad("engine", engine, f"allowed: {', '.join(ENGINES)}")
     if engine == "eager":
         return
-    family = model_family(d["model"])
-    if family is not None and family != "qwen3_moe":
-        raise _bad("engine", engine, f"the compiled engine runs Qwen3-MoE targets only (model={d['model']['name']} "
-                   f"is {family}); use engine=eager")  # fmt: skip
-    if d.get("batch_size", 1) != 1:
-        raise _bad("engine", engine, "the compiled engine decodes at batch_size=1 only (generate_batch is eager)")
-    if d.get("expert_budget") is not None:
-        raise _bad("engine", engine, "the compiled engine takes no expert budget (MoE-Spec) yet; use engine=eager")
-    if (d.get("backend") or {}).get("name", "hf") != "hf":
-        raise _bad("engine", engine, "engine is our engine's forward (backend=hf); vLLM compiles its own")
-    if (d.get("model") or {}).get("parallel") not in (None, "device_map"):
-        raise _bad("engine", engine, "the compiled engine runs on one process (no model.parallel=tp|ep)")
-    kind = drafter_kind(d)
-    if kind is not None and kind not in COMPILED_DRAFTERS:
-        raise _bad("engine", engine, f"the compiled engine drafts with {', '.join(COMPILED_DRAFTERS)}, not {kind}")
+    model = d.get("model") or {}
+    problem = compiled_problem(model_family(model), drafter=drafter_kind(d), expert_budget=d.get("expert_budget"),
+                               batch_size=d.get("batch_size", 1), parallel=model.get("parallel"),
+                               backend=(d.get("backend") or {}).get("name", "hf"))  # fmt: skip
+    if problem:
+        raise _bad("engine", engine, problem)
 
 
 def _validate_backend(d: dict, kind: str | None) -> bool:

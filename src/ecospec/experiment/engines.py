@@ -5,15 +5,15 @@ size, before the decode's clock starts, so the warm-up (inductor compiling, or l
 `$ECOSPEC_CACHE/inductor`) is never part of a cell's timings: it is summed into `compile_s` (the record's
 `env.compile_s`); `env.compiled_parts` says what ran compiled (the target, an EAGLE-3 head's draft steps, the
 expert predictor's pass; a draft model and the oracle's look-up pass stay eager). Cache sizes come in steps of
-`SLOTS`, so one prepared target serves every prompt of a usual cell; a longer sequence (a multi-turn prompt)
-prepares the next size up, and its warm-up is counted too.
+`engine.scope.SLOTS`, so one prepared target serves every prompt of a usual cell; a longer sequence (a multi-turn
+prompt) prepares the next size up, and its warm-up is counted too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SLOTS = 512  # cache sizes are multiples of this (one compiled shape per cell in the usual case)
+from ecospec.engine.scope import slots
 
 
 @dataclass
@@ -38,18 +38,18 @@ class CellEngine:
         if reason:
             raise ValueError(reason)
         block = gamma if drafter is not None else 1  # an AR step verifies one token
-        slots = -(-(prompt_len + max_new_tokens + block) // SLOTS) * SLOTS
+        size = slots(prompt_len + max_new_tokens + block)
         hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
-        key = (block, slots, hidden)
+        key = (block, size, hidden)
         if key not in self.prepared:
-            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=slots, hidden_layers=hidden)
+            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden)
             self.compile_s += prepared.compile_s
             self.parts.add("target")
         if drafter is not None:
             for part, obj, made in (
-                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=slots)),
+                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size)),
                 ("predictor", predictor, prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk,
-                                                           max_len=slots)),
+                                                           max_len=size)),
             ):  # fmt: skip
                 if made is not obj and id(made) not in self._counted:  # compiled here: its warm-up is counted once
                     self._counted.add(id(made))
