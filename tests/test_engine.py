@@ -203,11 +203,12 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
     """The oracle's expert sets (its own pass over the whole candidate tree) equal what the target's
     routers chose for the root and the selected nodes during verification."""
     import ecospec.engine.loop as loop
+    import ecospec.methods._session as session
     from ecospec.engine.routing import expert_bitmasks
 
     target, draft = models64(preset)
     oracle, chosen = [], []
-    real_oracle, real_select = loop.oracle_experts, loop.select
+    real_oracle, real_select = loop.oracle_experts, session.select
 
     def spy_oracle(*args):
         out = real_oracle(*args)
@@ -220,7 +221,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         return out
 
     monkeypatch.setattr(loop, "oracle_experts", spy_oracle)
-    monkeypatch.setattr(loop, "select", spy_select)
+    monkeypatch.setattr(session, "select", spy_select)  # what the method's session chooses with
     ids = prompt(20, target.config.vocab_size, seed=13)
     res = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
                            gamma=4, max_new_tokens=16, eos_token_id=[], trace=True)  # fmt: skip

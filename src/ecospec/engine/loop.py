@@ -19,7 +19,6 @@ from ecospec.engine.timer import StepTimer
 from ecospec.engine.tree import DraftTree, grow_tree
 from ecospec.methods import method
 from ecospec.models.adapters import moe_info
-from ecospec.selection import select
 
 
 @torch.inference_mode()  # no autograd bookkeeping on any op: AR ~13 % faster than under no_grad
@@ -55,7 +54,8 @@ def generate(
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
     tgt = open_target(engine, target, drafter, expert_budget, budget_policy, block,
                       input_ids.shape[1] + max_new_tokens + block)  # fmt: skip
-    needs_experts = method(selector).predictor is not None
+    spec = method(selector)
+    session, needs_experts = spec.open(gamma, depth, topk), spec.predictor is not None
     drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, depth=depth, topk=topk,
                                            predicted=needs_experts)  # fmt: skip
     num_experts = moe_info(target).num_experts
@@ -73,8 +73,7 @@ def generate(
         timer.start()
         last, hidden_new = tgt.prefill(ids[0])
         root = first_token(last.float(), temperature, top_p, gen)
-        timer.mark("prefill")
-        t = timer.stop()
+        t = timer.stop("prefill")
         out.t_prefill, out.t_prefill_cpu = t["total"], t["cpu"]
         out.tokens.append(root)
         new_tokens = torch.cat([ids, torch.tensor([[root]], device=ids.device)], 1)  # not yet seen by the drafter
@@ -82,11 +81,11 @@ def generate(
 
         while not done:
             timer.start()
-            # 1. Draft a tree.
-            tree = DraftTree()
-            if drafter is not None:
-                root_logp, root_ids = drafter.begin(new_tokens, hidden_new, topk)
-                tree = grow_tree(root_logp, root_ids, drafter.expand, depth, draft_stop)
+            # 1. Draft a tree as deep and wide as the method asks (depth 0: none this step).
+            tree, (d, k) = DraftTree(), session.shape() if drafter is not None else (0, 0)
+            if d:
+                root_logp, root_ids = drafter.begin(new_tokens, hidden_new, k)
+                tree = grow_tree(root_logp, root_ids, drafter.expand, d, draft_stop)
             timer.mark("draft")
 
             # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
@@ -98,8 +97,8 @@ def generate(
                     root_experts, experts = predictor.predict(new_tokens, tree)
             timer.mark("pred")
 
-            # 3. Select gamma-1 nodes (prefix-closed, ascending so parents precede children).
-            chosen = select(selector, tree.parents, tree.probs, experts, gamma - 1, root_experts) if len(tree) else []
+            # 3. The method picks at most gamma-1 nodes (prefix-closed, ascending so parents precede children).
+            chosen = session.choose(tree, experts, root_experts, gamma - 1) if len(tree) else []
             timer.mark("select")
 
             # 4. Verify root + chosen nodes in one target forward, accept, compact the cache.
@@ -108,15 +107,18 @@ def generate(
             sizes.append(len(blk.tokens))
             path, bonus = blk.accept(logits.float(), temperature, top_p, gen)
             tgt.compact(path)
-            hidden_new = feats[:, path] if feats is not None else None
+            step_hidden = feats[:, path] if feats is not None else None
             timer.mark("verify")
 
             produced = [blk.tokens[j] for j in path[1:]] + [bonus]
             out.steps.append(blk.stats(timer.stop(), path, len(produced), trace))
+            session.observe(len(produced), len(blk.tokens))
             done = commit(out.tokens, produced, eos, max_new_tokens)
             root = bonus
-            if drafter is not None:
-                new_tokens = torch.tensor([produced], device=ids.device)
+            if drafter is not None:  # what it has not seen: this step's tokens, after those of steps that drafted none
+                step_tokens = torch.tensor([produced], device=ids.device)
+                new_tokens = step_tokens if d else torch.cat([new_tokens, step_tokens], 1)
+                hidden_new = step_hidden if d or hidden_new is None else torch.cat([hidden_new, step_hidden], 1)
         summarise_passes(out, tgt.take_routes(), sizes, num_experts)
     return out
 

@@ -40,8 +40,11 @@ class StepTimer:
     def mark(self, name: str) -> None:
         self._marks.append((name, self._now()))
 
-    def stop(self) -> dict[str, float]:
-        """Seconds of every phase since the previous mark, the step's total and its CPU time (one sync)."""
+    def stop(self, mark: str | None = None) -> dict[str, float]:
+        """Seconds of every phase since the previous mark (`mark`: one more, ending now), the step's total and its
+        CPU time (one sync)."""
+        if mark is not None:
+            self.mark(mark)
         cpu = time.thread_time() - self._cpu0
         if self._sync is not None:
             self._sync()

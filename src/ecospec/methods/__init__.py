@@ -4,7 +4,10 @@ plus its `conf/method/*.yaml`, nothing else. Importable without torch: validatio
 
 A rule sees the draft tree as `Candidates` (structure, probabilities, expert trajectories as int bitmasks, the
 buffer of experts already loaded) and returns the node indices to verify, prefix-closed (docs/design.md,
-"Selection rules").
+"Selection rules"). Per prompt the decode loop opens a `Session` of the method (`MethodSpec.open`): each step it
+asks how deep and wide to draft (`shape`; depth 0 drafts nothing), which nodes to verify (`choose`; none makes the
+step an AR step), and tells it what the step produced (`observe`), so a method can keep state across the steps of
+one prompt. The default session drafts the configured tree and applies the rule (every method today).
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ class MethodSpec:
     buffered: bool  # keeps an expert buffer across picks (then a batch may share one, `select_batch`)
     rule: Callable[[Candidates, int], list[int]]  # (candidates, budget) -> chosen node indices
     order: int = 50  # its place in the tables (smaller first)
+    cost_model: bool = False  # it prices passes in seconds and needs a verify-cost profile
+    session: Callable | None = None  # (spec, gamma, depth, topk, cost) -> a Session; None: the default one
+
+    def open(self, gamma: int, depth: int, topk: int, cost=None):
+        """The method's state for one prompt (`session` or the default `Session`)."""
+        from ecospec.methods._session import Session
+
+        return (self.session or Session)(self, gamma, depth, topk, cost)
 
 
 _REGISTRY: dict[str, MethodSpec] = {}

@@ -1,0 +1,73 @@
+"""The method interface (ecospec.methods): per step a session says how much to draft (depth 0: none), which nodes to
+verify (none: an AR step) and hears what the step produced; the registry's rules choose what `ecospec.select`
+chooses. Whatever a method decides, greedy decoding stays token-exact against AR, eager and with an EAGLE-3 head
+(whose hidden states pile up while a step drafts nothing)."""
+
+import pytest
+import torch
+
+import ecospec
+from ecospec.drafters.draft_model import DraftModelDrafter
+from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+from ecospec.methods import MethodSpec, method, methods, names
+from ecospec.methods._session import Session
+from ecospec.models import perturbed_copy, tiny_model
+
+
+class Sometimes(Session):
+    """Drafts nothing every third step, verifies the root alone every fourth, else the default."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.step, self.seen = 0, []
+
+    def shape(self):
+        self.step += 1
+        return (0, self.topk) if self.step % 3 == 0 else (self.depth, self.topk)
+
+    def choose(self, tree, experts, root_experts, budget):
+        return [] if self.step % 4 == 0 else super().choose(tree, experts, root_experts, budget)
+
+    def observe(self, accepted, verified):
+        self.seen.append((accepted, verified))
+
+
+def _sometimes():
+    base = method("confidence")
+    return MethodSpec(name="sometimes", label="Sometimes", colour="k", role="sometimes", predictor=None,
+                      buffered=False, rule=base.rule, session=Sometimes)  # fmt: skip
+
+
+def test_the_registry_is_the_selectors_and_says_what_each_needs():
+    assert names() == ("confidence", "global_cost", "ecospec", "oracle")
+    assert {m.name: m.predictor for m in methods()} == {"confidence": None, "global_cost": "learned",
+                                                         "ecospec": "learned", "oracle": "oracle"}  # fmt: skip
+    assert [m.name for m in methods() if m.buffered] == ["ecospec", "oracle"]
+    with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, global_cost"):
+        method("nope")
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch, head):
+    import ecospec.methods as registry
+
+    names()  # the registry is filled before the toy joins it, and the toy leaves with the test
+    monkeypatch.setitem(registry._REGISTRY, "sometimes", _sometimes())
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    cfg = target.config
+    if head:
+        h = Eagle3Head(Eagle3Config(
+            hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size, aux_hidden_layers=(0, 1, 2)))  # fmt: skip
+        init_random_weights(h, std=0.3, seed=0)
+        drafter = Eagle3Drafter(h.double(), target.get_input_embeddings())
+    else:
+        drafter = DraftModelDrafter(perturbed_copy(target, 0.05, seed=1))
+    ids = torch.randint(3, cfg.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
+    ar = ecospec.generate(target, ids, max_new_tokens=24, eos_token_id=[])
+    res = ecospec.generate(target, ids, drafter=drafter, selector="sometimes", gamma=4, max_new_tokens=24,
+                           eos_token_id=[])  # fmt: skip
+    assert res.tokens == ar.tokens
+    assert sum(st.verified == 1 for st in res.steps) >= 3  # the AR steps the session asked for
+    assert any(st.verified > 1 for st in res.steps)
