@@ -1,5 +1,6 @@
-"""Adding a method is new files only (docs/extending.md): a temporary copy of the package and its configs gains a
-toy method module and its conf/method YAML, nothing else is edited, and a cell runs with it end to end."""
+"""Adding a method or a drafter is new files only (docs/extending.md): a temporary copy of the package and its
+configs gains a toy method module, a toy drafter module and their conf/method YAMLs, nothing else is edited, and
+cells run with them end to end."""
 
 import json
 import os
@@ -26,25 +27,90 @@ SPEC = register(MethodSpec(name="toy", label="Toy", colour="tab:brown", role="to
 
 TOY_YAML = "name: toy\ndrafter: default\nselector: toy\npredictor: null\n"
 
+TOY_DRAFTER = '''"""bigram: proposes the tokens that followed a node's token earlier in the sequence, most recent
+first (a new drafter as a new module: its implementation and its kind, nothing else edited)."""
 
-def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):
+import math
+
+import torch
+
+from ecospec.drafters.registry import DrafterKind, register
+
+
+class BigramDrafter:
+    kind = "bigram"
+    hidden_layers = ()
+
+    def __init__(self, vocab_size):
+        self.vocab_size, self.seq = vocab_size, []
+
+    def reset(self, rows=1):
+        self.seq = []
+
+    def _next(self, token, k):
+        seen = [self.seq[i + 1] for i in range(len(self.seq) - 2, -1, -1) if self.seq[i] == token]
+        out = list(dict.fromkeys(seen))[:k]
+        out += [t for t in range(3, 3 + k) if t not in out][: k - len(out)]
+        return torch.full((k,), -math.log(k)), torch.tensor(out)
+
+    def begin(self, new_tokens, new_hidden, topk):
+        self.seq += new_tokens[0].tolist()
+        return self._next(self.seq[-1], topk)
+
+    def expand(self, tree, beam, topk):
+        pairs = [self._next(tree.tokens[i], topk) for i in beam]
+        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
+def load(ctx):
+    return BigramDrafter(ctx.target.config.vocab_size)
+
+
+KIND = register(DrafterKind(name="bigram", label="Bigram", load=load))
+'''
+
+TOY_DRAFTER_YAML = "name: bigram\ndrafter: bigram\nselector: confidence\npredictor: null\n"
+
+
+def _copy(tmp_path) -> Path:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "release"))
     shutil.copytree(ROOT / "src" / "ecospec" / "tiny" / "release", copy / "src" / "ecospec" / "tiny" / "release")
     shutil.copytree(ROOT / "conf", copy / "conf")
     shutil.copy(ROOT / "run.py", copy / "run.py")
+    return copy
+
+
+def _run(copy: Path, out: Path, *overrides: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    proc = subprocess.run(
+        [sys.executable, "run.py", *overrides, "model=tiny_random", "num_prompts=1", "max_new_tokens=6", "threads=1",
+         "progress=false", f"out_dir={out}"],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(next(out.rglob("result.json")).read_text())
+
+
+def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
+    copy = _copy(tmp_path)
+    before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
+    (copy / "src" / "ecospec" / "drafters" / "kind_bigram.py").write_text(TOY_DRAFTER)
+    (copy / "conf" / "method" / "bigram.yaml").write_text(TOY_DRAFTER_YAML)
+    added = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()} - before
+    assert added == {Path("src/ecospec/drafters/kind_bigram.py"), Path("conf/method/bigram.yaml")}
+    rec = _run(copy, tmp_path / "exp", "method=bigram", "+model.drafters.bigram={path:null}")
+    assert rec["status"] == "ok" and rec["config"]["method"]["drafter"] == "bigram"
+    assert rec["summary"]["matches_ar"] == 1.0 and rec["summary"]["alpha"] >= 1.0
+
+
+def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):
+    copy = _copy(tmp_path)
     before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
     (copy / "src" / "ecospec" / "methods" / "toy.py").write_text(TOY_METHOD)
     (copy / "conf" / "method" / "toy.yaml").write_text(TOY_YAML)
     added = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()} - before
     assert added == {Path("src/ecospec/methods/toy.py"), Path("conf/method/toy.yaml")}
-    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
-    out = subprocess.run(
-        [sys.executable, "run.py", "method=toy", "model=tiny_random", "num_prompts=1", "max_new_tokens=6",
-         "threads=1", "progress=false", f"out_dir={tmp_path / 'exp'}"],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    rec = json.loads(next((tmp_path / "exp").rglob("result.json")).read_text())
+    rec = _run(copy, tmp_path / "exp", "method=toy")
     assert rec["status"] == "ok" and rec["config"]["method"]["selector"] == "toy"
     assert rec["summary"]["matches_ar"] == 1.0  # greedy and lossless whatever the rule picks

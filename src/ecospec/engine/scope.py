@@ -3,8 +3,9 @@ static shapes come in. Importable without torch: validation reads it."""
 
 from __future__ import annotations
 
+from ecospec.drafters.registry import kinds
+
 ENGINES = ("eager", "compiled")
-COMPILED_DRAFTERS = ("eagle3", "gto", "draft_model")  # the drafter kinds engine=compiled drafts with
 SLOTS = 512  # a compiled cache's size is a multiple of this: one shape serves every prompt of a usual cell
 
 
@@ -31,8 +32,9 @@ def compiled_problem(
         return f"engine=compiled needs SwiGLU experts (hidden_act silu, got {hidden_act})"
     if expert_budget is not None:
         return "engine=compiled takes no expert budget (MoE-Spec) yet; use engine=eager"
-    if drafter is not None and drafter not in COMPILED_DRAFTERS:
-        return f"engine=compiled takes EAGLE-3 heads and draft models as drafters, not {drafter}"
+    compiled = [k.name for k in kinds() if k.compiled]
+    if drafter is not None and drafter not in compiled:
+        return f"engine=compiled drafts with {', '.join(compiled)}, not {drafter}"
     if batch_size != 1:
         return "engine=compiled decodes at batch_size=1 only (generate_batch is eager)"
     if parallel not in (None, "device_map"):

@@ -161,61 +161,16 @@ def _draft_temperature(kind: str, model: dict) -> float | tuple[float, ...]:
 
 
 def _drafter(kind: str | None, model: dict, target):
+    """The cell's drafter, built by its kind's module (`drafters.registry`)."""
     if kind is None:
         return None
+    from ecospec.drafters.registry import LoadContext
+    from ecospec.drafters.registry import kind as drafter_kind
+
     spec = dict(model["drafters"][kind] or {})
-    path = spec.get("path")
-    if kind == "draft_model":
-        from ecospec.drafters.draft_model import DraftModelDrafter
-
-        if path == "perturbed":
-            from ecospec.models import perturbed_copy
-
-            base = target
-            if parallel_mode(model) != "device_map":  # the drafter is replicated: perturb an unsharded copy
-                from ecospec.models import tiny_model
-                from ecospec.models.byte_tokenizer import VOCAB_SIZE
-
-                base = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
-                base = base.to(device=target.device, dtype=target.dtype)
-            return DraftModelDrafter(perturbed_copy(base, scale=spec.get("scale", 0.05), seed=1))
-        from transformers import AutoModelForCausalLM
-
-        draft = AutoModelForCausalLM.from_pretrained(str(_local(path)), dtype=target.dtype)
-        return DraftModelDrafter(draft.to(target.device).eval())
-    if kind in ("eagle3", "gto"):  # gto: an EAGLE-3 head trained further with Group Tree Optimization
-        from ecospec.drafters.eagle3 import Eagle3Drafter, Eagle3Head, init_random_weights
-        from ecospec.drafters.eagle3_checkpoint import load_eagle3
-        from ecospec.drafters.eagle3_train import default_head_config
-
-        if path == "random":
-            head = init_random_weights(Eagle3Head(default_head_config(target)), seed=1 if kind == "eagle3" else 3)
-        else:
-            if path is not None:
-                where = _local(path)
-            elif kind == "gto" and model["source"] == "tiny":
-                where = (
-                    _tiny_dirs(model, until="gto")["gto"] / "head"
-                )  # the release's (a cache build: built on first use)
-            elif kind == "gto":
-                from ecospec.store import gto_root
-
-                where = gto_root(model) / "head"
-            else:
-                where = _tiny_dirs(model)["drafter"] / "head"
-            head = load_eagle3(where, target.config)
-        head = head.to(device=target.device, dtype=target.dtype).eval()
-        return Eagle3Drafter(head, target.get_input_embeddings(), temperature=_draft_temperature(kind, model))
-    if kind == "mtp":
-        from ecospec.drafters.mtp import MtpDrafter, MtpHead, init_random_weights
-        from ecospec.drafters.mtp_checkpoint import load_mtp
-
-        if path == "random":
-            return MtpDrafter(init_random_weights(MtpHead.for_target(target), seed=1).eval(), target)
-        # load_mtp reads only the MTP layer's shards of a hub checkpoint (not the whole model)
-        head = load_mtp(path or model["target"], target.config, dtype=target.dtype, device=target.device)
-        return MtpDrafter(head, target)
-    raise ConfigError(f"drafter kind {kind!r}: allowed eagle3, mtp, draft_model, gto")
+    temperature = _draft_temperature(kind, model) if drafter_kind(kind).hidden else 1.0
+    ctx = LoadContext(kind, model, spec, target, _local, _tiny_dirs, parallel_mode(model), temperature)
+    return drafter_kind(kind).load(ctx)
 
 
 def _predictor(model: dict, target) -> tuple[Any, float | None]:

@@ -18,6 +18,7 @@ from ecospec.bench import settings_problem
 from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
+from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import ENGINES, compiled_problem
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
@@ -26,7 +27,6 @@ from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 
 SOURCES = ("tiny", "random", "hf")
-DRAFTERS = ("eagle3", "mtp", "draft_model", "gto")  # gto: an EAGLE-3 head trained further with GTO
 PREDICTORS = ("learned", "oracle")
 JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
 # demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
@@ -605,8 +605,8 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if kind is None:
         if method["name"] != "ar":
             raise _bad("method.drafter", None, "only method=ar decodes without a drafter")
-    elif kind not in DRAFTERS:
-        raise _bad("method.drafter", method.get("drafter"), f"allowed: default, {', '.join(DRAFTERS)}")
+    elif kind not in drafter_names():
+        raise _bad("method.drafter", method.get("drafter"), f"allowed: default, {', '.join(drafter_names())}")
     elif kind not in drafters:
         have = ", ".join(drafters) or "nothing"
         raise ConfigError(

@@ -15,6 +15,7 @@ import ecospec
 from ecospec.analysis.bootstrap import bootstrap, ratio_of, speedup
 from ecospec.analysis.cost import load_model_config, model_cost, modeled_step, step_parts
 from ecospec.data import encode_turn, load_prompts
+from ecospec.drafters.registry import labels as drafter_labels
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import load_components
@@ -23,7 +24,7 @@ from ecospec.experiment.intervals import speedup_units
 from ecospec.experiment.job import run_job
 from ecospec.experiment.metrics import hf_seconds, prompt_row, summarize
 
-LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model", "gto": "GTO"}  # the baseline's row
+LABELS = drafter_labels()  # the baseline's row: the model's own drafter (drafters.registry)
 FIGURE = "demo.png"
 
 

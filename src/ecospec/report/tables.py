@@ -24,6 +24,7 @@ import pandas as pd
 
 from ecospec.analysis.cost import ModelCost, StepParts, fit_overhead, load_model_config, modeled_step, step_parts
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.drafters.registry import labels as drafter_labels
 from ecospec.methods import methods
 from ecospec.report.paper import paper_values
 
@@ -34,7 +35,7 @@ DATASETS = {
     "gsm8k": "GSM8K", "humaneval": "HumanEval", "aime25": "AIME25", "math500": "MATH500", "amc": "AMC22-24",
     "mtbench": "MT-Bench", "mmstar": "MMStar",
 }  # fmt: skip
-DRAFTERS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Draft model", "gto": "GTO"}
+DRAFTERS = drafter_labels()  # the model's own drafter as the tables print it (drafters.registry)
 ROLES = {"ar": "AR", **{m.role: m.label for m in methods()}}  # in the tables' order (ecospec.methods)
 SELECTOR_ROLES = {m.name: m.role for m in methods()}
 SPD_ALPHA_E = ["speedup", "alpha", "E"]
