@@ -9,8 +9,17 @@ import torch
 from transformers import DynamicCache
 
 import ecospec
-from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts, unique_per_layer
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, pass_counts
 from ecospec.models import PRESETS, moe_info, routers, tiny_model
+
+
+def unique_per_layer(routes, num_experts):
+    """One pass's unique experts per layer, from the engine's one count."""
+    return (pass_counts(routes, [routes.shape[1]], num_experts)[0] > 0).sum(-1)
+
+
+def expert_counts(routes, num_experts):
+    return pass_counts(routes, [routes.shape[1]], num_experts)[0]
 
 
 def _ids(t: int, seed: int = 0, batch: int = 1) -> torch.Tensor:

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ecospec.engine.masks import to_4d, visibility
+from ecospec.engine.norm import rms_norm
 from ecospec.engine.rows import RowSlots, aligned_levels, moved, pad_rows
 from ecospec.engine.tree import DraftTree, missing_levels
 
@@ -134,11 +135,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        if dtype in (torch.float32, torch.float64) and self.weight.dtype == dtype:  # one op (drafting runs it often)
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        work = x.float()  # normalised in float32, then scaled in the model's dtype, as HF's Llama norm does
-        return self.weight * F.rms_norm(work, (work.shape[-1],), None, self.eps).to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def _rope_frequencies(config: Eagle3Config) -> tuple[torch.Tensor, float]:

@@ -19,15 +19,14 @@ from ecospec.engine.batch import RowBlock, compact_rows, drop_rows, forward_rows
 from ecospec.engine.budget import ExpertBudget
 from ecospec.engine.forward import attention_layout, cache_len, crop_cache, new_cache
 from ecospec.engine.records import GenerateResult, StepStats, StepTrace, mean_experts
-from ecospec.engine.routing import RoutingCapture, expert_bitmasks, expert_counts
+from ecospec.engine.routing import RoutingCapture, expert_bitmasks, pass_counts
+from ecospec.engine.scope import BATCH_BUFFERS
 from ecospec.engine.step import Block, check_args, eos_set, first_token
 from ecospec.engine.timer import StepTimer
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_trees
 from ecospec.methods import method
 from ecospec.models.adapters import moe_info
 from ecospec.selection import select, select_batch
-
-BATCH_BUFFERS = ("sequence", "batch")
 
 
 @dataclass
@@ -194,14 +193,14 @@ def generate_batch(
                 budget.active = False
             q = real.shape[1]
             routes = cap.take().view(info.num_moe_layers, len(active), q, -1)
-            pass_counts = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
+            in_pass = torch.zeros(info.num_moe_layers, info.num_experts, dtype=torch.long)
             paths, produced = [], {}
             for r, s in enumerate(active):
                 blk = blks[s]
                 m = len(blk.tokens)
-                counts = expert_counts(routes[:, r, :m], info.num_experts)
+                counts = pass_counts(routes[:, r, :m], [m], info.num_experts)[0]
                 loads[s] += counts
-                pass_counts += counts
+                in_pass += counts
                 path, bonus = blk.accept(res.logits[r, :m].float(), temperature, top_p, gens[s])
                 paths.append(path)
                 if feats:
@@ -225,7 +224,7 @@ def generate_batch(
                 st.t_cpu = t["cpu"]
             out.steps.append(
                 BatchStepStats(
-                    sequences=len(active), verified=int(real.sum()), experts=(pass_counts > 0).sum(dim=1).tolist(),
+                    sequences=len(active), verified=int(real.sum()), experts=(in_pass > 0).sum(dim=1).tolist(),
                     t_draft=t["draft"], t_pred=t["pred"], t_select=t["select"], t_verify=t["verify"],
                     t_total=t["total"], t_cpu=t["cpu"],
                 )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ecospec.engine.graphs import compile_method
+from ecospec.engine.graphs import compile_method, prepared_on
 from ecospec.engine.scope import compiled_problem
 from ecospec.engine.static_qwen3 import StaticQwen3
 from ecospec.engine.tree import ancestor_mask
@@ -157,18 +157,15 @@ class CompiledTarget:
         return torch.cat(routes, dim=1)
 
 
-_PREPARED: dict[tuple, CompiledTarget] = {}
-
-
 def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
             forced_routing: bool = False) -> CompiledTarget:  # fmt: skip
     """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots
     (and the compaction of an accepted path), and warm them up (timed: `compile_s`). The same arguments give the
     same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids`
     (the verify-latency benchmark)."""
-    key = (id(target), gamma, max_len, tuple(hidden_layers), forced_routing)
-    if key in _PREPARED:
-        return _PREPARED[key]
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing)
+    if key in prepared_on(target):
+        return prepared_on(target)[key]
     reason = refusal(target)
     if reason:
         raise ValueError(reason)
@@ -183,5 +180,5 @@ def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] 
         if compact_step is not None:
             compact_step(prepared._src, prepared._start)  # the identity: moves nothing
     prepared.compile_s = time.perf_counter() - t0
-    _PREPARED[key] = prepared
+    prepared_on(target)[key] = prepared
     return prepared

@@ -32,6 +32,22 @@ def compile_method(obj, fn):
     )  # fmt: skip
 
 
+class _Prepared(dict):
+    """Compiled forms of one object; a copy of the object (a perturbed draft model, a pickled one) starts empty."""
+
+    def __deepcopy__(self, memo):
+        return _Prepared()
+
+    def __reduce__(self):
+        return (_Prepared, ())
+
+
+def prepared_on(obj) -> dict:
+    """The compiled forms prepared for `obj` (a target, a drafter, a predictor), kept on the object itself: they
+    live as long as it does (a module-level cache keyed by `id()` kept every model of a process alive)."""
+    return obj.__dict__.setdefault("_ecospec_prepared", _Prepared())
+
+
 def visible_slots(slot_ids: torch.Tensor, start: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     """Bool [q, slots]: query i sees every cache slot before `start` and the slots start + j for which block[i, j]
     is set (block [q, W]: the step's window of slots after `start`). Fixed shapes, no host read."""

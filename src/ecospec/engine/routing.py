@@ -6,7 +6,6 @@ order; expert ids in ``[0, N)``).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ecospec.models.adapters import bypasses_router, moe_blocks, routers
@@ -85,25 +84,11 @@ class RoutingCapture:
         return routes if device is None else routes.to(device)
 
 
-def unique_per_layer(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[L] number of distinct experts each layer uses over all tokens of ``routes`` [L, T, k]."""
-    num_layers = routes.shape[0]
-    used = torch.zeros(num_layers, num_experts, dtype=torch.bool, device=routes.device)
-    used.scatter_(1, routes.reshape(num_layers, -1).long(), True)
-    return used.sum(dim=1)
-
-
-def expert_counts(routes: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[L, N] how many tokens of ``routes`` [L, T, k] each layer routes to each expert (the load)."""
-    num_layers = routes.shape[0]
-    flat = routes.reshape(num_layers, -1).long() + torch.arange(num_layers, device=routes.device)[:, None] * num_experts
-    return torch.bincount(flat.reshape(-1), minlength=num_layers * num_experts).view(num_layers, num_experts)
-
-
 def pass_counts(routes: torch.Tensor, sizes: list[int], num_experts: int) -> torch.Tensor:
     """[P, L, N]: how many tokens each MoE layer routes to each expert in each of P passes, from the passes' routes
     back to back (`routes` [L, sum(sizes), k], any device) and their token counts, in one bincount on the CPU: a
-    decode loop counts its passes once, at the end."""
+    decode loop counts its passes once, at the end. The one count of the engine: a pass's load is its [L, N], its
+    unique experts per layer `(counts > 0).sum(-1)`."""
     num_layers = routes.shape[0]
     if not sizes:
         return torch.zeros(0, num_layers, num_experts, dtype=torch.long)
@@ -115,21 +100,26 @@ def pass_counts(routes: torch.Tensor, sizes: list[int], num_experts: int) -> tor
     return torch.bincount(flat.reshape(-1), minlength=size).view(len(sizes), num_layers, num_experts)
 
 
-def expert_bitmasks(routes: torch.Tensor, num_experts: int) -> list[int]:
-    """Per token, a Python int with bit ``layer * N + expert`` set for each expert it is routed to.
+def pack_bitmasks(ids: torch.Tensor, experts: int) -> torch.Tensor:
+    """Top-k expert ids [r, L, k] -> int64 [r, W]: word j holds bits 32j .. 32j + 31 of each row's bitmask (bit
+    layer * N + expert, as `expert_bitmasks`), so the host reads W words a row instead of L * k ids."""
+    r, layers, k = ids.shape
+    width = -(-layers * experts // 32)
+    bits = (ids + torch.arange(layers, device=ids.device)[:, None] * experts).reshape(r, layers * k)
+    onehot = torch.zeros(r, width * 32, dtype=torch.int64, device=ids.device).scatter_(1, bits, 1)
+    return (onehot.view(r, width, 32) << torch.arange(32, device=ids.device)).sum(-1)
 
-    ``routes`` [L, T, k] -> list of T ints. Vectorised: the [T, L*N] one-hot is packed little-endian with
-    numpy.packbits and each row becomes one int via int.from_bytes.
-    """
-    num_layers, tokens, k = routes.shape
-    if tokens == 0:
+
+def unpack_bitmasks(words: torch.Tensor) -> list[int]:
+    """`pack_bitmasks`' words [r, W] -> one Python int per row."""
+    raw = words.cpu().numpy().astype("<u4").tobytes()
+    size = 4 * words.shape[1]
+    return [int.from_bytes(raw[i * size : (i + 1) * size], "little") for i in range(words.shape[0])]
+
+
+def expert_bitmasks(routes: torch.Tensor, num_experts: int) -> list[int]:
+    """Per token, a Python int with bit ``layer * N + expert`` set for each expert it is routed to: ``routes``
+    [L, T, k] -> list of T ints (`pack_bitmasks` then `unpack_bitmasks`, the compiled predictor's packing)."""
+    if routes.shape[1] == 0:
         return []
-    idx = routes.detach().to("cpu", torch.long).numpy()
-    bits = idx + (np.arange(num_layers, dtype=np.int64) * num_experts)[:, None, None]  # [L, T, k]
-    onehot = np.zeros((tokens, num_layers * num_experts), dtype=np.bool_)
-    rows = np.broadcast_to(np.arange(tokens)[None, :, None], bits.shape)
-    onehot[rows.reshape(-1), bits.reshape(-1)] = True
-    packed = np.packbits(onehot, axis=1, bitorder="little")  # [T, ceil(L*N / 8)]
-    width = packed.shape[1]
-    raw = packed.tobytes()
-    return [int.from_bytes(raw[i * width : (i + 1) * width], "little") for i in range(tokens)]
+    return unpack_bitmasks(pack_bitmasks(routes.detach().to("cpu", torch.long).permute(1, 0, 2), num_experts))

@@ -1,11 +1,13 @@
-"""What the compiled engine runs (one function for the engine, validation and the cells), and the cache sizes its
-static shapes come in. Importable without torch: validation reads it."""
+"""Facts of the engine that validation reads without torch: the engines, what the compiled engine runs (one
+function for the engine, validation and the cells), the cache sizes its static shapes come in, and the batched
+loop's expert-buffer modes."""
 
 from __future__ import annotations
 
 from ecospec.drafters.registry import kinds
 
 ENGINES = ("eager", "compiled")
+BATCH_BUFFERS = ("sequence", "batch")  # generate_batch: one expert buffer per sequence, or one for the batch
 SLOTS = 512  # a compiled cache's size is a multiple of this: one shape serves every prompt of a usual cell
 
 

@@ -21,16 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.engine.graphs import compile_method, visible_slots
+from ecospec.engine.graphs import compile_method, prepared_on, visible_slots
+from ecospec.engine.norm import rms_norm
 from ecospec.engine.rows import moved
 from ecospec.engine.tree import DraftTree, missing_levels
-
-
-def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The head's RMSNorm (`drafters.eagle3.RMSNorm`): one op in float32/64, else normalised in float32."""
-    if x.dtype in (torch.float32, torch.float64) and weight.dtype == x.dtype:
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
 
 
 class StaticEagle3(nn.Module):
@@ -70,13 +64,13 @@ class StaticEagle3(nn.Module):
         """The decoder layer over a block (hidden, tokens [q]), its keys written at `slots`, `visible` [q, slots]."""
         w, q, d, nq, nk = self.w, tokens.shape[0], self.d, self.nq, self.nk
         embeds = F.embedding(tokens, w["embed"]).to(hidden.dtype)
-        normed = _norm(hidden, w["hidden_norm"], self.eps)
+        normed = rms_norm(hidden, w["hidden_norm"], self.eps)
         residual = normed if self.norm_before_residual else hidden
-        x = torch.cat([_norm(embeds, w["input_ln"], self.eps), normed], dim=-1)
+        x = torch.cat([rms_norm(embeds, w["input_ln"], self.eps), normed], dim=-1)
         heads = F.linear(x, w["qkv"]).view(q, nq + 2 * nk, d).transpose(0, 1)  # [heads, q, d]
         qk, vs = heads[: nq + nk], heads[nq + nk :]
         if self.qk_norm is not None:
-            qk = torch.cat([_norm(qk[:nq], self.qk_norm[0], self.eps), _norm(qk[nq:], self.qk_norm[1], self.eps)])
+            qk = torch.cat([rms_norm(qk[:nq], self.qk_norm[0], self.eps), rms_norm(qk[nq:], self.qk_norm[1], self.eps)])
         qk = qk * self.cos[pos] + qk.roll(d // 2, dims=-1) * self.sin[pos]
         self.k_cache.index_copy_(1, slots, qk[nq:])
         self.v_cache.index_copy_(1, slots, vs)
@@ -85,12 +79,12 @@ class StaticEagle3(nn.Module):
         out = F.scaled_dot_product_attention(qk[None, :nq], self.k_cache[None], self.v_cache[None],
                                              attn_mask=mask[None, None], scale=d**-0.5, enable_gqa=True)  # fmt: skip
         h = residual + F.linear(out[0].transpose(0, 1).reshape(q, nq * d), w["o"])
-        gate, up = F.linear(_norm(h, w["post_ln"], self.eps), w["gate_up"]).chunk(2, dim=-1)
+        gate, up = F.linear(rms_norm(h, w["post_ln"], self.eps), w["gate_up"]).chunk(2, dim=-1)
         return h + F.linear(self.act(gate) * up, w["down"])
 
     def _children(self, out, temperature):
         """Top-k of the draft distribution at head outputs `out` [r, H]: (log-probs, target ids [r, k], logits)."""
-        logits = F.linear(_norm(out, self.w["norm"], self.eps), self.w["lm_head"])
+        logits = F.linear(rms_norm(out, self.w["norm"], self.eps), self.w["lm_head"])
         if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
         logits = logits / temperature
@@ -100,7 +94,7 @@ class StaticEagle3(nn.Module):
     def begin_step(self, feats, tokens, pos, start, block, pick, temperature):
         """Entries for target features `feats` [q, F] paired with `tokens` [q] at slots = positions `pos`, after
         `start` committed ones (`block` [q, W] their causal window); the root is row `pick` [1]."""
-        hidden = feats if self.input_norm is None else _norm(feats, self.input_norm, self.eps)
+        hidden = feats if self.input_norm is None else rms_norm(feats, self.input_norm, self.eps)
         out = self._layer(F.linear(hidden, self.w["fc"]), tokens, pos, pos, visible_slots(self.slot_ids, start, block))
         root = out.index_select(0, pick)
         self.node_out[:1] = root
@@ -321,9 +315,6 @@ class CompiledEagle3:
                     self._temperature(depth + 1))  # fmt: skip
 
 
-_PREPARED: dict[tuple, CompiledEagle3] = {}
-
-
 def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int):
     """The compiled form of an `Eagle3Drafter` (prepared once per head, weights and shapes); any other drafter
     (a draft model: its own eager forward) and an already compiled one are returned as they are."""
@@ -331,7 +322,8 @@ def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int)
         return drafter
     head = drafter.head
     weights = tuple((p.data_ptr(), p._version) for p in head.parameters())
-    key = (id(drafter), gamma, depth, topk, max_len, head.dtype, weights)
-    if key not in _PREPARED:
-        _PREPARED[key] = CompiledEagle3(drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
-    return _PREPARED[key]
+    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights)
+    cache = prepared_on(drafter)
+    if key not in cache:
+        cache[key] = CompiledEagle3(drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
+    return cache[key]

@@ -21,15 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.engine.graphs import compile_method, visible_slots
+from ecospec.engine.graphs import compile_method, prepared_on, visible_slots
+from ecospec.engine.norm import rms_norm
+from ecospec.engine.routing import pack_bitmasks, unpack_bitmasks
 from ecospec.engine.tree import DraftTree
-
-
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """`predictor.model._rms` (HF's RMSNorm: one op in float32, else normalised in float32)."""
-    if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
 
 
 def _layer_weights(layer) -> dict:
@@ -84,13 +79,13 @@ class StaticPredictor(nn.Module):
         mask = visible_slots(self.slot_ids, slots[0], block)[None, None]
         cos, sin = self.cos[pos], self.sin[pos]
         for i, w in enumerate(self.weights):
-            x = _rms(h, w["ln1"], w["ln1_eps"])
+            x = rms_norm(h, w["ln1"], w["ln1_eps"], hf=True)
             heads = (q, -1, w["head_dim"])
             qs = F.linear(x, w["q"], w["q_bias"]).view(heads)
             ks = F.linear(x, w["k"], w["k_bias"]).view(heads)
             vs = F.linear(x, w["v"], w["v_bias"]).view(heads)
             if w["q_norm"] is not None:
-                qs, ks = _rms(qs, w["q_norm"], w["q_eps"]), _rms(ks, w["k_norm"], w["k_eps"])
+                qs, ks = rms_norm(qs, w["q_norm"], w["q_eps"], hf=True), rms_norm(ks, w["k_norm"], w["k_eps"], hf=True)
             qs, ks, vs = qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1)
             half = w["head_dim"] // 2
             qs = qs * cos + torch.cat([-qs[..., half:], qs[..., :half]], -1) * sin
@@ -101,29 +96,12 @@ class StaticPredictor(nn.Module):
             out = F.scaled_dot_product_attention(qs[None], k_cache[None], v_cache[None], attn_mask=mask,
                                                  scale=w["scaling"], enable_gqa=True)  # fmt: skip
             h = h + F.linear(out[0].transpose(0, 1).reshape(q, -1), w["o"], w["o_bias"])
-            x = _rms(h, w["ln2"], w["ln2_eps"])
+            x = rms_norm(h, w["ln2"], w["ln2_eps"], hf=True)
             gate = w["act"](F.linear(x, w["gate_proj"], w["gate_proj_bias"]))
             h = h + F.linear(gate * F.linear(x, w["up_proj"], w["up_proj_bias"]), w["down_proj"], w["down_proj_bias"])
-        h = _rms(h.index_select(0, pick), top["norm"], top["norm_eps"])
+        h = rms_norm(h.index_select(0, pick), top["norm"], top["norm_eps"], hf=True)
         logits = F.linear(h, top["head"], top["head_bias"]).unflatten(-1, (self.layers, self.experts))
         return pack_bitmasks(logits.topk(self.top_k, dim=-1).indices, self.experts)
-
-
-def pack_bitmasks(ids: torch.Tensor, experts: int) -> torch.Tensor:
-    """Top-k expert ids [r, L, k] -> int64 [r, W]: word j holds bits 32j .. 32j + 31 of each row's bitmask (bit
-    layer * N + expert, as `routing.expert_bitmasks`), so the host reads W words a row instead of L * k ids."""
-    r, layers, k = ids.shape
-    width = -(-layers * experts // 32)
-    bits = (ids + torch.arange(layers, device=ids.device)[:, None] * experts).reshape(r, layers * k)
-    onehot = torch.zeros(r, width * 32, dtype=torch.int64, device=ids.device).scatter_(1, bits, 1)
-    return (onehot.view(r, width, 32) << torch.arange(32, device=ids.device)).sum(-1)
-
-
-def unpack_bitmasks(words: torch.Tensor) -> list[int]:
-    """`pack_bitmasks`' words [r, W] -> one Python int per row."""
-    raw = words.cpu().numpy().astype("<u4").tobytes()
-    size = 4 * words.shape[1]
-    return [int.from_bytes(raw[i * size : (i + 1) * size], "little") for i in range(words.shape[0])]
 
 
 class CompiledPredictor:
@@ -200,15 +178,13 @@ class CompiledPredictor:
         return masks[0], masks[1:]
 
 
-_PREPARED: dict[tuple, CompiledPredictor] = {}
-
-
 def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int):
     """The compiled form of an `ExpertPredictor` (prepared once per predictor and shapes); None, "oracle" and an
     already compiled one are returned as they are."""
     if predictor is None or isinstance(predictor, str | CompiledPredictor):
         return predictor
-    key = (id(predictor), gamma, depth, topk, max_len, predictor.dtype)
-    if key not in _PREPARED:
-        _PREPARED[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
-    return _PREPARED[key]
+    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype)
+    cache = prepared_on(predictor)
+    if key not in cache:
+        cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
+    return cache[key]

@@ -11,8 +11,10 @@ either; `summary.clock` says which the summary used.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 CLOCKS = ("auto", "wall", "thread_cpu")
 # what `clock: auto` picks on a CPU at one intra-op thread (benchmarks/clock_spread.py measured the choice)
@@ -29,6 +31,8 @@ def pick_clock(requested: str | None, device: torch.device) -> tuple[str, str | 
         return "wall", None
     if device.type != "cpu":
         return "wall", None if requested == "auto" else f"thread_cpu is a CPU clock; {device.type} cells keep wall"
+    import torch  # here: validation reads CLOCKS without torch
+
     if torch.get_num_threads() != 1:
         why = f"thread_cpu counts one thread's work; torch runs {torch.get_num_threads()} intra-op threads"
         return "wall", None if requested == "auto" else why

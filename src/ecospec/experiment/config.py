@@ -19,19 +19,20 @@ from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
 from ecospec.drafters.registry import names as drafter_names
-from ecospec.engine.scope import ENGINES, compiled_problem
+from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
+from ecospec.experiment.clock import CLOCKS
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
 from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
+from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 
 SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
 JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
 # demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
 DEMO_KEYS = ("gamma", "depth", "topk", "max_new_tokens", "seed", "split")
-BATCH_BUFFERS = ("sequence", "batch")  # engine.batch_loop.BATCH_BUFFERS (not imported: validation loads no torch)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 # What makes two cells different (and what the AR cache key is cut from); execution knobs such as
@@ -60,7 +61,6 @@ CELL_KEYS = (
 BACKENDS = ("hf", "vllm")
 # what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
 VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
-VLLM_METHODS = ("ar", "eagle3", "mtp", "draft", "ngram")  # vllm_backend.args.METHODS (not imported: stdlib here)
 ROUTED_ON_CPU = (
     "vLLM returns routed experts only from its Model Runner V2, which needs Triton and a GPU; its CPU "
     "build runs the V1 runner (docs/vllm.md): run it on a GPU, or backend=hf with trace_steps > 0"
@@ -496,7 +496,6 @@ def _family_top_k(model: Mapping) -> int | None:
     return ((model.get("facts") or {}).get("hf_config") or {}).get("num_experts_per_tok")
 
 
-CLOCKS = ("auto", "wall", "thread_cpu")  # experiment.clock.CLOCKS (not imported: validation loads no torch)
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
 
 

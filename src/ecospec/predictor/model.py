@@ -29,6 +29,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from ecospec.engine.forward import attention_layout
+from ecospec.engine.norm import rms_norm
 from ecospec.engine.routing import expert_bitmasks
 from ecospec.engine.rows import RowSlots, pad_rows
 from ecospec.engine.tree import DraftTree
@@ -70,10 +71,8 @@ def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """An HF RMSNorm module's function (normalised in float32, like HF) in fewer ops than its forward."""
-    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:  # one fused op, the same arithmetic
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-    return norm.weight * F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon).to(x.dtype)
+    """An HF RMSNorm module's function (`engine.norm.rms_norm`) in fewer ops than its forward."""
+    return rms_norm(x, norm.weight, norm.variance_epsilon, hf=True)
 
 
 def _check_backbone(backbone: nn.Module) -> None:
