@@ -39,11 +39,11 @@ def _sometimes():
 
 
 def test_the_registry_is_the_selectors_and_says_what_each_needs():
-    assert names() == ("confidence", "global_cost", "ecospec", "oracle")
-    assert {m.name: m.predictor for m in methods()} == {"confidence": None, "global_cost": "learned",
+    assert names() == ("confidence", "chain", "global_cost", "ecospec", "oracle")
+    assert {m.name: m.predictor for m in methods()} == {"confidence": None, "chain": None, "global_cost": "learned",
                                                          "ecospec": "learned", "oracle": "oracle"}  # fmt: skip
     assert [m.name for m in methods() if m.buffered] == ["ecospec", "oracle"]
-    with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, global_cost"):
+    with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, chain, global_cost"):
         method("nope")
 
 
@@ -71,3 +71,43 @@ def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch,
     assert res.tokens == ar.tokens
     assert sum(st.verified == 1 for st in res.steps) >= 3  # the AR steps the session asked for
     assert any(st.verified > 1 for st in res.steps)
+
+
+def _head_drafter(target):
+    cfg = target.config
+    h = Eagle3Head(Eagle3Config(
+        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
+        aux_hidden_layers=(0, 1, 2)))  # fmt: skip
+    init_random_weights(h, std=0.3, seed=0)
+    return Eagle3Drafter(h.to(target.dtype), target.get_input_embeddings())
+
+
+def test_the_chain_drafts_gamma_minus_one_single_rows_and_verifies_them_all():
+    """eagle3_chain: each step's block is a chain of γ − 1 drafted tokens (one head pass each), greedy-exact
+    against AR, and its per-position acceptance equals vLLM's definition (every step drafts every position)."""
+    from ecospec.experiment.metrics import acceptance_by_position, positions
+
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
+    ar = ecospec.generate(target, ids, max_new_tokens=24, eos_token_id=[])
+    res = ecospec.generate(target, ids, drafter=_head_drafter(target), selector="chain", gamma=5, max_new_tokens=24,
+                           eos_token_id=[], trace=True)  # fmt: skip
+    assert res.tokens == ar.tokens
+    for st in res.steps:
+        assert st.drafted_depth == 4 and st.trace.parents == [-1, 0, 1, 2, 3] and st.trace.depths == [0, 1, 2, 3, 4]
+    acc = acceptance_by_position([positions(res.steps)])
+    n = len(res.steps)
+    assert acc == [sum(st.accepted - 1 >= i for st in res.steps) / n for i in range(1, 5)]
+
+
+@pytest.mark.compiled
+def test_the_chain_decodes_compiled_as_eager():
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    drafter = _head_drafter(target)
+    ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
+    kw = dict(drafter=drafter, selector="chain", gamma=5, max_new_tokens=24, eos_token_id=[])
+    eager = ecospec.generate(target, ids, **kw)
+    compiled = ecospec.generate(target, ids, engine="compiled", **kw)
+    assert compiled.tokens == eager.tokens
+    assert [st.accepted for st in compiled.steps] == [st.accepted for st in eager.steps]

@@ -4,7 +4,9 @@ import random
 
 import pytest
 
-from ecospec.selection import POLICIES, select, select_batch
+from ecospec.selection import select, select_batch
+
+POLICIES = ("confidence", "global_cost", "ecospec", "oracle")  # docs/design.md, "Selection rules"
 
 N_EXPERTS = 16
 
@@ -142,7 +144,7 @@ def test_zero_new_experts_wins():
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (("greedy", [-1], [0.5], [1], 1), "unknown policy 'greedy'; allowed: confidence, global_cost"),
+        (("greedy", [-1], [0.5], [1], 1), "unknown policy 'greedy'; allowed: confidence, chain, global_cost"),
         (("ecospec", [-1, 0], [0.5], [1, 2], 1), "len\\(probs\\)"),
         (("ecospec", [-1, 0], [0.5, 0.2], [1], 1), "len\\(experts\\)"),
         (("ecospec", [-1, 1], [0.5, 0.2], [1, 2], 1), "parents\\[1\\] = 1"),

@@ -16,7 +16,12 @@ from collections.abc import Iterable, Sequence
 
 from ecospec.methods import Candidates, method, names
 
-POLICIES = names()
+
+def __getattr__(name: str):
+    if name == "POLICIES":  # every registered method's name (looked up when asked: the methods import this module)
+        return names()
+    raise AttributeError(f"module 'ecospec.selection' has no attribute {name!r}")
+
 
 ExpertSet = int | Iterable[tuple[int, int]]
 

@@ -212,7 +212,7 @@ def generate_batch(
                                            routes[:, r, :m].tolist())  # fmt: skip
                 results[s].steps.append(
                     StepStats(accepted=len(produced[s]), verified=m, experts=(counts > 0).sum(dim=1).tolist(),
-                              trace=step_trace)
+                              trace=step_trace, drafted_depth=max(trees[s].depths, default=0))
                 )  # fmt: skip
             lengths = compact_rows(cache, lengths, start, paths)
             timer.mark("verify")

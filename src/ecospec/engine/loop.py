@@ -56,8 +56,8 @@ def generate(
                       input_ids.shape[1] + max_new_tokens + block)  # fmt: skip
     spec = method(selector)
     session, needs_experts = spec.open(gamma, depth, topk), spec.predictor is not None
-    drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, depth=depth, topk=topk,
-                                           predicted=needs_experts)  # fmt: skip
+    shape = dict(zip(("depth", "topk"), session.draft_shape, strict=True))
+    drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, **shape, predicted=needs_experts)
     num_experts = moe_info(target).num_experts
     eos, gen, timer = eos_set(target, eos_token_id), torch.Generator().manual_seed(seed), StepTimer(target.device)
     ids = input_ids.to(target.device)
@@ -111,7 +111,7 @@ def generate(
             timer.mark("verify")
 
             produced = [blk.tokens[j] for j in path[1:]] + [bonus]
-            out.steps.append(blk.stats(timer.stop(), path, len(produced), trace))
+            out.steps.append(blk.stats(timer.stop(), path, len(produced), trace, max(tree.depths, default=0)))
             session.observe(len(produced), len(blk.tokens))
             done = commit(out.tokens, produced, eos, max_new_tokens)
             root = bonus

@@ -30,6 +30,7 @@ class StepStats:
     # moments the OS gave it to someone else; equals t_total's work at one intra-op thread only (docs/design.md)
     t_cpu: float = 0.0
     trace: StepTrace | None = None  # generate(trace=True) only
+    drafted_depth: int = 0  # the draft tree's depth this step (0: nothing drafted, an AR step)
 
 
 @dataclass

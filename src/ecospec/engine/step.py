@@ -81,9 +81,9 @@ class Block:
             ranks=[1.0] + [tree.probs[i] for i in chosen],
         )
 
-    def stats(self, times: dict[str, float], path: list[int], produced: int, trace: bool) -> StepStats:
-        """The step's record: `times` from its `StepTimer`; the experts are filled in from the routes after the
-        decode (one count for every pass)."""
+    def stats(self, times: dict[str, float], path: list[int], produced: int, trace: bool, drafted: int) -> StepStats:
+        """The step's record: `times` from its `StepTimer`, `drafted` the draft tree's depth; the experts are filled
+        in from the routes after the decode (one count for every pass)."""
         return StepStats(
             accepted=produced,
             verified=len(self.tokens),
@@ -95,6 +95,7 @@ class Block:
             t_total=times["total"],
             t_cpu=times["cpu"],
             trace=StepTrace(self.tokens, self.parents, self.depths, list(path), []) if trace else None,
+            drafted_depth=drafted,
         )
 
     def accept(self, logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator):

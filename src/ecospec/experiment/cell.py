@@ -36,6 +36,7 @@ from ecospec.experiment.metrics import (
     summarize,
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
+from ecospec.methods import method as method_spec
 from ecospec.methods import needing_experts
 from ecospec.models import moe_info
 from ecospec.models.storage import loaded_storage
@@ -62,9 +63,10 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             drafter = None if ar else comp.drafter
             # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
             predictor = None if ar else comp.predictor
+            depth, topk = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"]).draft_shape
             engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"],
                                             predictor=predictor if method["selector"] in needing_experts() else None,
-                                            depth=cfg["depth"], topk=cfg["topk"])  # fmt: skip
+                                            depth=depth, topk=topk)  # fmt: skip
             t0, c0 = clock_now()
             res = ecospec.generate(
                 comp.target, torch.tensor([ids]), drafter=drafter, engine=engine,

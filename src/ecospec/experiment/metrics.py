@@ -51,7 +51,31 @@ def prompt_row(
         "alpha": res.alpha,
         "experts_per_layer": res.experts_per_layer,
         "loop": in_loop(list(res.tokens)),
+        **positions(steps),
     }
+
+
+def positions(steps) -> dict:
+    """Per draft depth i = 1, 2, ...: the steps whose draft tree reached depth i (`drafted_at`) and those whose
+    accepted path reached it (`accepted_at`), sums like the rest of a row; `acceptance_by_position` divides them."""
+    deepest = max((s.drafted_depth for s in steps), default=0)
+    return {
+        "drafted_at": [sum(s.drafted_depth >= i for s in steps) for i in range(1, deepest + 1)],
+        "accepted_at": [sum(s.accepted - 1 >= i for s in steps) for i in range(1, deepest + 1)],
+    }
+
+
+def acceptance_by_position(rows: list[dict]) -> list[float] | None:
+    """For depth i, the share of steps that drafted at depth >= i whose accepted path reached depth i: vLLM's
+    per-position acceptance for a chain (every draft proposes every position), extended to trees. α counts the bonus
+    token on top (α = 1 + the sum over positions of accepted_at / steps). None for records without the counts."""
+    rows = [r for r in rows if "drafted_at" in r]
+    if not rows:
+        return None
+    width = max(len(r["drafted_at"]) for r in rows)
+    drafted = [sum(r["drafted_at"][i] for r in rows if i < len(r["drafted_at"])) for i in range(width)]
+    accepted = [sum(r["accepted_at"][i] for r in rows if i < len(r["accepted_at"])) for i in range(width)]
+    return [a / d if d else None for a, d in zip(accepted, drafted, strict=True)]
 
 
 def without_lookups(seconds: float, cpu_seconds: float | None, lookups_s: float) -> tuple[float, float | None]:
@@ -150,6 +174,7 @@ def summarize(rows: list[dict], batches: list[dict] | None = None, clock: str = 
         "wall_seconds": sum(r["seconds"] for r in rows),
         "clock": clock,
         "tokens_per_s": _ratio(tokens, seconds),
+        "acceptance_by_position": acceptance_by_position(rows),
         # share of full-length outputs whose last 16 tokens are a loop of period <= 2 (output quality)
         "loop_share": _ratio(sum(bool(r.get("loop")) for r in loops), len(loops))
         if (loops := [r for r in rows if r.get("loop") is not None])

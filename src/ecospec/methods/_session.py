@@ -13,6 +13,11 @@ class Session:
     def __init__(self, spec, gamma: int, depth: int, topk: int, cost=None):
         self.spec, self.gamma, self.depth, self.topk, self.cost = spec, gamma, depth, topk, cost
 
+    @property
+    def draft_shape(self) -> tuple[int, int]:
+        """(depth, top-k) of the largest tree this session drafts: what a compiled drafter is prepared for."""
+        return self.depth, self.topk
+
     def shape(self) -> tuple[int, int]:
         """(depth, top-k) of this step's draft tree; depth 0 drafts nothing (the step verifies the root alone)."""
         return self.depth, self.topk

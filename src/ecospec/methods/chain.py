@@ -1,0 +1,24 @@
+"""chain: the EAGLE-3 head drafting a chain, γ − 1 single-row head passes, each taking its top-1 token, all verified:
+speculative decoding as vLLM, SGLang and MLPerf's GPT-OSS-120B interactive scenario deploy it (not the top-1 path
+picked from the usual tree: the head drafts only the chain)."""
+
+from ecospec.methods import Candidates, MethodSpec, register
+from ecospec.methods._greedy import greedy_static
+from ecospec.methods._session import Session
+
+
+class ChainSession(Session):
+    @property
+    def draft_shape(self) -> tuple[int, int]:
+        return self.gamma - 1, 1
+
+    def shape(self) -> tuple[int, int]:
+        return self.draft_shape
+
+
+def rule(c: Candidates, budget: int) -> list[int]:
+    return greedy_static(c, c.probs, budget)
+
+
+SPEC = register(MethodSpec(name="chain", label="Chain", colour="tab:olive", role="chain", predictor=None,
+                           buffered=False, rule=rule, session=ChainSession, order=15))  # fmt: skip
