@@ -576,3 +576,59 @@ def fit_latency(
         expert_bytes=first["expert_bytes"],
         dense_layer_bytes=first["dense_layer_bytes"],
     )
+
+
+# -- a verify-cost profile measured on the engine and machine that run the cells -----------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyProfile:
+    """What a step costs on one engine and machine, measured (`python -m ecospec.bench.profile`): a verify pass as
+    a line in its tokens and its unique experts per MoE layer (`t_verify`), an AR step, one drafter pass of each
+    shape the methods use, and the expert predictor's pass. The same questions `modeled_step` answers from weight
+    bytes on a GPU profile (one cost interface, two sources: measured here, roofline there)."""
+
+    model: str
+    engine: str
+    dtype: str
+    processor: str
+    layers: int  # MoE layers the verify fit covers (the model's)
+    intercept_s: float  # a pass's fixed seconds
+    per_token_s: float  # seconds per token in the block
+    per_expert_layer_s: float  # seconds per unique expert per MoE layer
+    r2: float
+    points: int
+    ar_step_s: float
+    draft_pass_s: dict  # drafter shape ("tree", "chain") -> seconds of one head pass
+    predictor_pass_s: float | None
+    source: str
+
+    def t_verify(self, tokens: int, experts_per_layer: float) -> float:
+        return self.intercept_s + self.per_token_s * tokens + self.per_expert_layer_s * experts_per_layer * self.layers
+
+    @property
+    def key(self) -> str:
+        return profile_key(self.model, self.engine, self.dtype, self.processor)
+
+
+def profile_key(model: str, engine: str, dtype: str, processor: str) -> str:
+    """The file stem of a profile: model, engine, dtype and processor (or GPU model), in filename characters."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{engine}-{dtype}-{processor}").strip("_")
+
+
+def fit_verify(records: Iterable[Mapping], layers: int) -> tuple[float, float, float, float, int]:
+    """Least squares t_pass = intercept + per_token · tokens + per_expert_layer · E · layers over `verify_latency`
+    records of one implementation (the AR pass enters at γ = 1, E = k); returns the three coefficients, R² and the
+    number of points. The records' passes cover `layers` MoE layers."""
+    rows = [r for r in records if r.get("status", "ok") == "ok"]
+    if len({(r["gamma"], r["E"]) for r in rows}) < 3:
+        raise ValueError("a verify profile needs at least three distinct (tokens, E) points")
+    x = np.array([[1.0, r["gamma"], r["E"] * layers] for r in rows])
+    y = np.array([r["t_pass_s"] for r in rows])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    pred = x @ coef
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return float(coef[0]), float(coef[1]), float(coef[2]), r2, len(rows)
