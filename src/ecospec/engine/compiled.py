@@ -67,12 +67,14 @@ class CompiledTarget:
     compile_s: float = 0.0
     length: int = 0  # committed tokens in the cache
     routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
+    sizes: tuple[int, ...] = ()  # block sizes with a graph of their own (always 1 and gamma)
 
     def __post_init__(self):
         dev = self.static.slot_ids.device
-        self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
-        self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in (1, self.gamma)}
-        self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in (1, self.gamma)}  # dummies see themselves
+        self.sizes = tuple(sorted({1, self.gamma, *(s for s in self.sizes if 1 <= s <= self.gamma)}))
+        self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
+        self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
+        self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in self.sizes}  # dummies see themselves
         self._tree = {q: eye.clone() for q, eye in self._eye.items()}
         self._start = torch.zeros((), dtype=torch.long, device=dev)
         self._src = torch.arange(self.gamma, device=dev)  # the compaction's source rows: the path, then identity
@@ -112,9 +114,9 @@ class CompiledTarget:
         """One step's block (root + chosen nodes, block-index parents) after the committed tokens, in the graph of
         its shape: (logits [q, V], features [1, q, F] or None). Its routes are kept for the counts at the end."""
         q = len(tokens)
-        size = 1 if q == 1 else self.gamma
-        if q > size:
+        if q > self.gamma:
             raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
+        size = next(s for s in self.sizes if s >= q)  # the smallest graph that holds it: padding costs its tokens
         self._check_room(self.length + size)
         buf_tokens, buf_pos, buf_tree = self._tokens[size], self._pos[size], self._tree[size]
         buf_tokens.zero_()
@@ -158,12 +160,13 @@ class CompiledTarget:
 
 
 def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
-            forced_routing: bool = False) -> CompiledTarget:  # fmt: skip
-    """Compile `target`'s two step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots
-    (and the compaction of an accepted path), and warm them up (timed: `compile_s`). The same arguments give the
-    same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids`
+            forced_routing: bool = False, sizes: tuple[int, ...] = ()) -> CompiledTarget:  # fmt: skip
+    """Compile `target`'s step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and
+    the compaction of an accepted path), and warm them up (timed: `compile_s`): 1 (AR) and `gamma`, plus `sizes`,
+    so that a method verifying fewer tokens pays for those, not for a γ block of padding. The same arguments give
+    the same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids`
     (the verify-latency benchmark)."""
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing)
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, tuple(sorted(set(sizes))))
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)
@@ -172,10 +175,11 @@ def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] 
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
     step = compile_method(static, StaticQwen3.forward)
     compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
-    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers), compact_step)
+    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers), compact_step,
+                              sizes=tuple(sizes))  # fmt: skip
     t0 = time.perf_counter()
     with torch.inference_mode():
-        for q in (1, gamma):  # one call per shape compiles it (from disk when inductor's cache has it)
+        for q in prepared.sizes:  # one call per shape compiles it (from disk when inductor's cache has it)
             step(prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
         if compact_step is not None:
             compact_step(prepared._src, prepared._start)  # the identity: moves nothing
