@@ -356,7 +356,7 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
             first, later = eagle3_head_bytes(given, given.get("storage", "bf16"))
             return first, later, "facts"
         shape = derived_eagle3_shape(_hf_config(model, facts))
-        return (*eagle3_head_bytes(shape, _cost_storage(model)), "derived from the target's facts")
+        return (*eagle3_head_bytes(shape, model_cost(model).storage["other"]), "derived from the target's facts")
     if drafter == "mtp":
         b = _mtp_bytes(model, model_cost(model))
         return b, b, "derived from the target's facts"
@@ -370,10 +370,6 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
             return b, b, "facts"
         raise ValueError(f"model {model.get('name')!r}: facts.drafters.draft_model has no shape of its draft LM")
     raise ValueError(f"unknown drafter {drafter!r}")
-
-
-def _cost_storage(model: Mapping) -> str:
-    return model_cost(model).storage["other"]
 
 
 def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:

@@ -4,14 +4,12 @@ kind module and the `model.drafters.<kind>` entry of the models it drafts for.""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import ecospec.drafters as package
+from ecospec.registry import Registry
 
 if TYPE_CHECKING:
     from ecospec.drafters.base import Drafter
@@ -43,39 +41,12 @@ class DrafterKind:
     order: int = 50
 
 
-_REGISTRY: dict[str, DrafterKind] = {}
-
-
-def register(kind: DrafterKind) -> DrafterKind:
-    if kind.name in _REGISTRY and _REGISTRY[kind.name] is not kind:
-        raise ValueError(f"drafter kind {kind.name!r} is registered twice")
-    _REGISTRY[kind.name] = kind
-    return kind
-
-
-def _discover() -> None:
-    if getattr(_discover, "done", False):
-        return
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("kind_"):
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    _discover.done = True
-
-
-def kinds() -> list[DrafterKind]:
-    _discover()
-    return sorted(_REGISTRY.values(), key=lambda k: (k.order, k.name))
-
-
-def names() -> tuple[str, ...]:
-    return tuple(k.name for k in kinds())
-
-
-def kind(name: str) -> DrafterKind:
-    _discover()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown drafter kind {name!r}; allowed: {', '.join(names())}")
-    return _REGISTRY[name]
+REGISTRY = Registry("drafter kind", "ecospec.drafters", lambda name, names: ValueError(
+    f"unknown drafter kind {name!r}; allowed: {', '.join(names)}"), prefix="kind_")  # fmt: skip
+register = REGISTRY.register
+kinds = REGISTRY.all
+names = REGISTRY.names
+kind = REGISTRY.get
 
 
 def labels() -> dict[str, str]:

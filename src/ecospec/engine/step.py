@@ -11,7 +11,7 @@ import torch
 from ecospec.engine.acceptance import accept_greedy, accept_sampling
 from ecospec.engine.records import StepStats, StepTrace
 from ecospec.engine.tree import DraftTree
-from ecospec.methods import method
+from ecospec.methods import method, names
 
 
 def check_args(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new):
@@ -21,8 +21,6 @@ def check_args(target, input_ids, drafter, selector, predictor, gamma, depth, to
     try:
         spec = method(selector)
     except ValueError:
-        from ecospec.methods import names
-
         raise ValueError(f"unknown selector {selector!r}; choose one of {', '.join(names())}") from None
     if gamma < 2:
         raise ValueError(f"gamma must be >= 2 (tokens verified per step, root included), got {gamma}")

@@ -11,10 +11,10 @@ renormalised, the top-k weights of a truncated token and a substituted token's e
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ecospec.registry import Registry
 
 # token ids every tiny preset uses: pad 0, bos 1, eos 2 (vocab 256)
 IDS = {"vocab_size": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False}
@@ -37,37 +37,11 @@ class Family:
     order: int = 50
 
 
-_REGISTRY: dict[str, Family] = {}
-
-
-def register(family: Family) -> Family:
-    if family.name in _REGISTRY and _REGISTRY[family.name] is not family:
-        raise ValueError(f"family {family.name!r} is registered twice")
-    _REGISTRY[family.name] = family
-    return family
-
-
-def _discover() -> None:
-    if getattr(_discover, "done", False):
-        return
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
-    _discover.done = True
-
-
-def families() -> list[Family]:
-    """Every supported family, in a fixed order."""
-    _discover()
-    return sorted(_REGISTRY.values(), key=lambda f: (f.order, f.name))
-
-
-def family(name: str) -> Family:
-    """The family whose model_type is `name` (KeyError naming the supported ones otherwise)."""
-    _discover()
-    if name not in _REGISTRY:
-        raise KeyError(f"unsupported model family {name!r}; supported: {', '.join(f.name for f in families())}")
-    return _REGISTRY[name]
+REGISTRY = Registry("family", __name__, lambda name, names: KeyError(
+    f"unsupported model family {name!r}; supported: {', '.join(names)}"))  # fmt: skip
+register = REGISTRY.register
+families = REGISTRY.all  # every supported family, in a fixed order
+family = REGISTRY.get  # the family whose model_type is `name` (KeyError naming the supported ones otherwise)
 
 
 def by_class() -> dict[str, Family]:

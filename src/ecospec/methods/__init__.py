@@ -12,10 +12,10 @@ one prompt. The default session drafts the configured tree and applies the rule 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from ecospec.registry import Registry
 
 
 @dataclass
@@ -55,43 +55,13 @@ class MethodSpec:
         return (self.session or Session)(self, gamma, depth, topk, cost)
 
 
-_REGISTRY: dict[str, MethodSpec] = {}
-
-
-def register(spec: MethodSpec) -> MethodSpec:
-    """Add a method; a name registered twice is a programming error."""
-    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
-        raise ValueError(f"method {spec.name!r} is registered twice")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def _discover() -> None:
-    """Import every module of this package once (each registers its method)."""
-    if getattr(_discover, "done", False):
-        return
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
-    _discover.done = True
-
-
-def methods() -> list[MethodSpec]:
-    """Every registered method, in the tables' order."""
-    _discover()
-    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
-
-
-def names() -> tuple[str, ...]:
-    return tuple(m.name for m in methods())
-
-
-def method(name: str) -> MethodSpec:
-    """The method called `name`; an unknown one is a ValueError naming the registered ones."""
-    _discover()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(names())}")
-    return _REGISTRY[name]
+REGISTRY = Registry("method", __name__, lambda name, names: ValueError(
+    f"unknown policy {name!r}; allowed: {', '.join(names)}"))  # fmt: skip
+_REGISTRY = REGISTRY.entries
+register = REGISTRY.register
+methods = REGISTRY.all  # every registered method, in the tables' order
+names = REGISTRY.names
+method = REGISTRY.get  # the method called `name`; an unknown one is a ValueError naming the registered ones
 
 
 def needing_experts() -> tuple[str, ...]:
