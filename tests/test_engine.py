@@ -177,8 +177,8 @@ def test_eagle3_drafter_in_the_loop(models64):
     roots = []
     real_begin = drafter.begin
 
-    def spy(new_tokens, new_hidden, topk):
-        out = real_begin(new_tokens, new_hidden, topk)
+    def spy(new_tokens, new_hidden, topk, depth=None):
+        out = real_begin(new_tokens, new_hidden, topk, depth)
         roots.append(out[0])
         return out
 

@@ -53,7 +53,7 @@ class BigramDrafter:
         out += [t for t in range(3, 3 + k) if t not in out][: k - len(out)]
         return torch.full((k,), -math.log(k)), torch.tensor(out)
 
-    def begin(self, new_tokens, new_hidden, topk):
+    def begin(self, new_tokens, new_hidden, topk, depth=None):
         self.seq += new_tokens[0].tolist()
         return self._next(self.seq[-1], topk)
 

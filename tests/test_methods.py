@@ -39,10 +39,13 @@ def _sometimes():
 
 
 def test_the_registry_is_the_selectors_and_says_what_each_needs():
-    assert names() == ("confidence", "chain", "global_cost", "ecospec", "oracle")
-    assert {m.name: m.predictor for m in methods()} == {"confidence": None, "chain": None, "global_cost": "learned",
-                                                         "ecospec": "learned", "oracle": "oracle"}  # fmt: skip
-    assert [m.name for m in methods() if m.buffered] == ["ecospec", "oracle"]
+    assert names() == ("confidence", "chain", "global_cost", "ecospec", "evict", "cascade", "ecospec_adaptive",
+                       "oracle")  # fmt: skip
+    assert {m.name: m.predictor for m in methods()} == {
+        "confidence": None, "chain": None, "global_cost": "learned", "ecospec": "learned", "evict": None,
+        "cascade": None, "ecospec_adaptive": "learned", "oracle": "oracle"}  # fmt: skip
+    assert [m.name for m in methods() if m.buffered] == ["ecospec", "ecospec_adaptive", "oracle"]
+    assert [m.name for m in methods() if m.cost_model] == ["evict", "cascade", "ecospec_adaptive"]
     with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, chain, global_cost"):
         method("nope")
 

@@ -94,8 +94,8 @@ def test_root_distribution_matches_fresh_head(trained, preset):
     roots = []
     real_begin = drafter.begin
 
-    def spy(new_tokens, new_hidden, topk):
-        out = real_begin(new_tokens, new_hidden, topk)
+    def spy(new_tokens, new_hidden, topk, depth=None):
+        out = real_begin(new_tokens, new_hidden, topk, depth)
         roots.append(out)
         return out
 

@@ -45,14 +45,29 @@ def select(
     Ties go to larger P, then smaller depth, then smaller index.
     """
     spec = method(policy)
+    c = candidates(policy, parents, probs, experts, root_experts, eps)
+    if budget <= 0:
+        return []
+    return spec.rule(c, min(budget, len(parents)))
+
+
+def candidates(
+    policy: str,
+    parents: Sequence[int],
+    probs: Sequence[float],
+    experts: Sequence[ExpertSet] | None,
+    root_experts: ExpertSet | None = None,
+    eps: float = 1e-6,
+) -> Candidates:
+    """One draft tree as `policy`'s rule sees it (validated; expert trajectories as bitmasks when the policy reads
+    expert sets), for a method's session that decides more than `select` does."""
+    spec = method(policy)
     depth, children, roots = _structure(spec, parents, probs, experts)
     traj, buf = None, 0
     if spec.predictor is not None:
         masks, buf = _to_masks(experts, root_experts)
         traj = _trajectories(masks, parents)
-    if budget <= 0:
-        return []
-    return spec.rule(Candidates(parents, probs, depth, roots, children, traj, buf, eps), min(budget, len(parents)))
+    return Candidates(parents, probs, depth, roots, children, traj, buf, eps)
 
 
 def select_batch(

@@ -577,12 +577,17 @@ def fit_latency(
 # -- a verify-cost profile measured on the engine and machine that run the cells -----------------------------------
 
 
+PROFILE_VERSION = 3  # a profile written by another version is made again (`bench.profile.load_profile`)
+
+
 @dataclass(frozen=True)
 class VerifyProfile:
     """What a step costs on one engine and machine, measured (`python -m ecospec.bench.profile`): a verify pass as
-    a line in its tokens and its unique experts per MoE layer (`t_verify`), an AR step, one drafter pass of each
-    shape the methods use, and the expert predictor's pass. The same questions `modeled_step` answers from weight
-    bytes on a GPU profile (one cost interface, two sources: measured here, roofline there)."""
+    a line in its tokens and its unique experts per MoE layer (`t_verify`), the loop's own cost per step
+    (`overhead_s`: what a real AR step costs beyond its verify pass), one drafter pass of each shape the methods
+    use, the expert predictor's pass, and the unique experts per layer a block of t tokens of real text routes to
+    (`experts`). The same questions `modeled_step` answers from weight bytes on a GPU profile (one cost interface,
+    two sources: measured here, roofline there)."""
 
     model: str
     engine: str
@@ -594,17 +599,44 @@ class VerifyProfile:
     per_expert_layer_s: float  # seconds per unique expert per MoE layer
     r2: float
     points: int
-    ar_step_s: float
+    ar_step_s: float  # one AR step of the decode loop, everything included
+    overhead_s: float  # ar_step_s minus the fit's AR pass: the loop's cost per step outside the verify pass
     draft_pass_s: dict  # drafter shape ("tree", "chain") -> seconds of one head pass
     predictor_pass_s: float | None
+    experts_by_tokens: dict  # str(t) -> mean unique experts per MoE layer of t consecutive tokens
     source: str
+    # str(t) -> [seconds, unique experts per layer]: the mean verify phase of real steps of t tokens and their mean E
+    verify_by_tokens: dict | None = None
+    version: int = PROFILE_VERSION
 
     def t_verify(self, tokens: int, experts_per_layer: float) -> float:
+        """A verify pass of `tokens` tokens routed to `experts_per_layer` unique experts per MoE layer: the real
+        steps of that size, their experts repriced at `per_expert_layer_s`, where measured; else the line."""
+        measured = (self.verify_by_tokens or {}).get(str(tokens))
+        if measured is not None:
+            seconds, experts = measured
+            return seconds + self.per_expert_layer_s * (experts_per_layer - experts) * self.layers
         return self.intercept_s + self.per_token_s * tokens + self.per_expert_layer_s * experts_per_layer * self.layers
+
+    def experts(self, tokens: int) -> float:
+        """The expected unique experts per layer of a block of `tokens` (the largest measured size beyond them)."""
+        sizes = sorted(int(t) for t in self.experts_by_tokens)
+        return float(self.experts_by_tokens[str(min(tokens, sizes[-1]))])
+
+    def t_step(self, draft_s: float, tokens: int, experts_per_layer: float | None = None) -> float:
+        """A whole SD step: the loop's overhead, drafting `draft_s`, and a verify pass of `tokens` (with
+        `experts_per_layer`, or the expected count for that many tokens)."""
+        e = self.experts(tokens) if experts_per_layer is None else experts_per_layer
+        return self.overhead_s + draft_s + self.t_verify(tokens, e)
 
     @property
     def key(self) -> str:
         return profile_key(self.model, self.engine, self.dtype, self.processor)
+
+
+def independent_experts(num_experts: int, top_k: int, tokens: int) -> float:
+    """Unique experts per layer of `tokens` tokens routed independently and uniformly: N (1 - (1 - k/N)^t)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
 def profile_key(model: str, engine: str, dtype: str, processor: str) -> str:

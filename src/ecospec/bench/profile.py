@@ -21,13 +21,22 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ecospec.analysis.cost import VerifyProfile, fit_verify, load_model_config, model_cost, profile_key
+from ecospec.analysis.cost import (
+    PROFILE_VERSION,
+    VerifyProfile,
+    fit_verify,
+    independent_experts,
+    load_model_config,
+    model_cost,
+    profile_key,
+)
 from ecospec.atomic import write_json
 from ecospec.cache import cache_root, digest
 
-GAMMAS = (2, 4, 6)
+GAMMAS = (2, 3, 4, 5, 6)
 
 
 class ProfileMissing(ValueError):
@@ -49,6 +58,9 @@ def load_profile(model: str, engine: str, dtype: str, processor: str) -> tuple[V
         raise ProfileMissing(f"no verify-cost profile for model={model} engine={engine} on {processor} ({path}); "
                              f"make it with: {command(model, engine)}")  # fmt: skip
     data = json.loads(path.read_text())
+    if data["profile"].get("version") != PROFILE_VERSION:
+        raise ProfileMissing(f"the verify-cost profile {path} was made by another version of ecospec; make it again "
+                             f"with: {command(model, engine)}")  # fmt: skip
     return VerifyProfile(**data["profile"]), data["hash"]
 
 
@@ -58,30 +70,80 @@ def _processor(device: torch.device) -> str:
     return hardware(device)
 
 
-def _parts(engine: str, prompts: int, tokens: int, gamma: int) -> tuple[dict, float | None, str]:
-    """One head pass of each shape and the predictor's pass, from real decodes of the embedded default (seconds)."""
+def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
+    """From real decodes of held-out prompts of the embedded default on `engine`, prepared as the cells prepare
+    it (seconds): every step's verify phase with its block size and unique experts (AR, and chains of each γ in
+    `gammas`: blocks of exactly γ tokens), the AR step whole, one head pass of each draft shape and the predictor's
+    pass, and the routes of the AR-decoded text. The second of two rounds is timed."""
     import ecospec
+    from ecospec.experiment.engines import CellEngine
     from ecospec.tiny.build import paths
     from ecospec.tiny.evaluate import heldout_ids, load_components
 
     target, tokenizer, drafter, predictor = load_components(paths("full"))
     ids = [p for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval"], prompts).values() for p in ps]
-    out, pred = {}, []
-    for shape, selector, depth, topk in (("tree", "ecospec", 3, 2), ("chain", "chain", gamma - 1, 1)):
-        passes, seconds = 0, 0.0
-        for warm in (True, False):  # the first round compiles / warms; the second is timed
+    g = max(gammas)
+    runs = [("ar", "confidence", None, g), ("tree", "ecospec", drafter, g)]
+    runs += [("chain", "chain", drafter, gamma) for gamma in gammas]
+    cell = CellEngine(engine)
+    out: dict = {"pred": [], "ar": [], "routes": [], "steps": []}
+    heads: dict[str, list[float]] = {}  # shape -> [passes, seconds]
+    for shape, selector, dr, gamma in runs:
+        session = ecospec.methods.method(selector).open(g, 3, 2)
+        for warm in (True, False):
             for p in ids:
-                res = ecospec.generate(target, p, drafter=drafter, selector=selector,
-                                       predictor=predictor if selector == "ecospec" else None, gamma=gamma,
-                                       depth=depth, topk=topk, max_new_tokens=tokens, engine=engine)  # fmt: skip
-                if not warm:
-                    passes += sum(st.drafted_depth for st in res.steps)
-                    seconds += sum(st.t_draft for st in res.steps)
-                    if selector == "ecospec":
-                        pred += [st.t_pred for st in res.steps]
-        out[shape] = seconds / max(passes, 1)
-    source = f"embedded default: {len(ids)} held-out prompts x {tokens} tokens per shape, second of two rounds"
-    return out, (sum(pred) / len(pred) if pred else None), source
+                pred = predictor if selector == "ecospec" else None
+                eng = cell.for_decode(target, dr, g, p.shape[1], tokens, predictor=pred, depth=session.draft_shape[0],
+                                      topk=session.draft_shape[1], sizes=tuple(range(1, g + 1)),
+                                      depths=tuple(range(1, g)))  # fmt: skip
+                res = ecospec.generate(target, p, drafter=dr, selector=selector, predictor=pred, gamma=gamma,
+                                       depth=3, topk=2, max_new_tokens=tokens, engine=eng,
+                                       trace=warm and dr is None)  # fmt: skip
+                if warm and dr is None:
+                    out["routes"].append(torch.tensor([st.trace.routes for st in res.steps]).squeeze(2))
+                if warm:
+                    continue
+                if dr is not None:
+                    head = heads.setdefault(shape, [0, 0.0])
+                    head[0] += sum(st.drafted_depth for st in res.steps)
+                    head[1] += sum(st.t_draft for st in res.steps)
+                out["pred"] += [st.t_pred for st in res.steps] if pred is not None else []
+                out["ar"] += [st.t_total for st in res.steps] if dr is None else []
+                if shape != "tree":
+                    out["steps"] += [(st.verified, sum(st.experts) / len(st.experts), st.t_verify)
+                                     for st in res.steps]  # fmt: skip
+    out["draft"] = {shape: seconds / max(passes, 1) for shape, (passes, seconds) in heads.items()}
+    sizes = sorted({q for q, _, _ in out["steps"]})
+    out["by_tokens"] = {str(q): [float(np.mean([t for n, _, t in out["steps"] if n == q])),
+                                 float(np.mean([e for n, e, _ in out["steps"] if n == q]))] for q in sizes}  # fmt: skip
+    out["ar_verify"] = sum(t for q, _, t in out["steps"] if q == 1) / sum(q == 1 for q, _, _ in out["steps"])
+    out["source"] = (f"embedded default: {len(ids)} held-out prompts x {tokens} tokens, AR and chains of gamma "
+                     f"{', '.join(map(str, gammas))}, second of two rounds")  # fmt: skip
+    return out
+
+
+def fit_steps(steps, per_expert_layer_s: float, layers: int) -> tuple[float, float, float]:
+    """(intercept, per token, R²) of the real verify phases `steps` ((tokens, E, seconds) each) as a line in tokens,
+    their experts priced at the forced-routing fit's `per_expert_layer_s`."""
+    x = np.array([[1.0, q] for q, _, _ in steps])
+    y = np.array([t - per_expert_layer_s * e * layers for _, e, t in steps])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - x @ coef) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return float(coef[0]), float(coef[1]), r2
+
+
+def window_experts(routes: list[torch.Tensor], num_experts: int, sizes) -> dict[str, float]:
+    """Mean unique experts per layer among t consecutive tokens of `routes` (each [n, L, k]), for each t."""
+    out = {}
+    for t in sizes:
+        counts = []
+        for r in routes:
+            hot = torch.zeros(r.shape[0], r.shape[1], num_experts, dtype=torch.bool).scatter_(2, r, True)
+            for i in range(r.shape[0] - t + 1):
+                counts.append(hot[i : i + t].any(0).sum(-1).float().mean().item())
+        out[str(t)] = sum(counts) / len(counts)
+    return out
 
 
 def measure(model: str, engine: str, threads: int = 1, points: int = 3, repeats: int = 20, prompts: int = 2,
@@ -91,21 +153,40 @@ def measure(model: str, engine: str, threads: int = 1, points: int = 3, repeats:
 
     torch.set_num_threads(threads)
     cfg = load_model_config(model)
-    layers = layers or model_cost(cfg).moe_layers
+    cost = model_cost(cfg)
+    layers = layers or cost.moe_layers
     with tempfile.TemporaryDirectory() as tmp:
         records = run(model, layers=layers, gammas=list(gammas), impls=["eager"], points=points, repeats=repeats,
                       warmup=2, prefix=64, device="cpu", out=tmp, echo=None, engines=[engine])  # fmt: skip
     records = [r for r in records if r["impl"] == ("compiled" if engine == "compiled" else "eager")]
     intercept, per_token, per_expert, r2, n = fit_verify(records, layers)
-    ar = next(r["t_pass_s"] for r in records if r["gamma"] == 1)
-    draft, pred, parts_source = ({}, None, "not measured (the embedded default only)")
+    ar_pass = next(r["t_pass_s"] for r in records if r["gamma"] == 1)
+    sizes = range(1, max(gammas) + 1)
+    fit_ar = intercept + per_token + per_expert * cost.top_k * layers
     if cfg.get("source") == "tiny":
-        draft, pred, parts_source = _parts(engine, prompts, tokens, max(gammas))
+        dec = _decodes(engine, prompts, tokens, gammas)
+        ar_step = sum(dec["ar"]) / len(dec["ar"])
+        intercept, per_token, r2 = fit_steps(dec["steps"], per_expert, layers)
+        n = len(dec["steps"])
+        overhead = ar_step - dec["ar_verify"]  # the AR step beyond its verify phase: the loop's own work
+        draft, pred = dec["draft"], sum(dec["pred"]) / len(dec["pred"])
+        experts = window_experts(dec["routes"], cost.num_experts, sizes)
+        by_tokens = dec["by_tokens"]
+        parts = (f"per expert: bench.verify_latency's forced routing ({len(records)} passes); per token and "
+                 f"intercept (and verify_by_tokens, which t_verify uses): the verify phases of {n} real steps "
+                 f"({dec['source']}), their experts priced per expert; unique experts per block size: windows of "
+                 "the AR-decoded text's routes")  # fmt: skip
+    else:
+        ar_step, overhead, draft, pred, by_tokens = ar_pass, max(0.0, ar_pass - fit_ar), {}, None, None
+        experts = {str(t): independent_experts(cost.num_experts, cost.top_k, t) for t in sizes}
+        parts = (f"bench.verify_latency's forced routing, {n} points (the embedded default adds real decodes: "
+                 "elsewhere no loop overhead, no head or predictor pass, unique experts per block size for "
+                 "independent uniform routing)")  # fmt: skip
     profile = VerifyProfile(
         model=model, engine=engine, dtype=records[0]["dtype"], processor=_processor(torch.device("cpu")),
         layers=layers, intercept_s=intercept, per_token_s=per_token, per_expert_layer_s=per_expert, r2=r2, points=n,
-        ar_step_s=ar, draft_pass_s=draft, predictor_pass_s=pred,
-        source=f"verify passes: bench.verify_latency, forced routing, {n} points; parts: {parts_source}",
+        ar_step_s=ar_step, overhead_s=overhead, draft_pass_s=draft, predictor_pass_s=pred,
+        experts_by_tokens=experts, source=parts, verify_by_tokens=by_tokens,
     )  # fmt: skip
     body = asdict(profile)
     path = profiles_dir() / f"{profile.key}.json"
@@ -125,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         p = json.loads(path.read_text())["profile"]
         print(f"{engine}: t_verify = {p['intercept_s'] * 1e3:.3f} ms + {p['per_token_s'] * 1e3:.4f} ms/token + "
               f"{p['per_expert_layer_s'] * 1e3:.5f} ms/expert-layer x E x {p['layers']} (R² {p['r2']:.3f}); AR step "
-              f"{p['ar_step_s'] * 1e3:.3f} ms; head pass {p['draft_pass_s']}; predictor {p['predictor_pass_s']} -> "
+              f"{p['ar_step_s'] * 1e3:.3f} ms (loop overhead {p['overhead_s'] * 1e3:.3f}); head pass "
+              f"{p['draft_pass_s']}; predictor {p['predictor_pass_s']}; E by block size {p['experts_by_tokens']}; "
+              f"measured verify by block size {p['verify_by_tokens']} -> "
               f"{path}")  # fmt: skip
     return 0
 

@@ -27,7 +27,7 @@ class Drafter(Protocol):
         """Forget the sequence(s) (new prompts): `rows` sequences for the batched loop."""
 
     def begin(
-        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int
+        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int, depth: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Consume committed tokens and return the root's top-k children: (log-probs [k], target ids [k]).
 
@@ -37,6 +37,8 @@ class Drafter(Protocol):
         concatenated over hidden_layers, at the positions *before* new_tokens[-m':], i.e.
         new_hidden[:, j] was computed at the token preceding new_tokens[:, m - m' + j]
         (first call: the prompt positions, m' = m - 1; later: the previous root and accepted nodes).
+        depth: how many levels this step's tree will grow (None: unknown), for a drafter that drafts ahead (the
+        compiled EAGLE-3 head); one that drafts level by level ignores it.
         """
         ...
 

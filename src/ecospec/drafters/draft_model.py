@@ -66,7 +66,7 @@ class DraftModelDrafter:
         return torch.log_softmax(logits, dim=-1).topk(topk, dim=-1)
 
     @torch.no_grad()
-    def begin(self, new_tokens: torch.Tensor, new_hidden, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def begin(self, new_tokens: torch.Tensor, new_hidden, topk: int, depth=None) -> tuple[torch.Tensor, torch.Tensor]:
         return self._topk(self._begin([new_tokens[0]])[0], topk)
 
     @torch.no_grad()

@@ -485,7 +485,7 @@ class Eagle3Drafter:
 
     @torch.no_grad()
     def begin(
-        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int
+        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int, depth: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if new_hidden is None:
             raise ValueError("Eagle3Drafter needs the target's hidden states (hidden_layers is non-empty)")

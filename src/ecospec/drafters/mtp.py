@@ -213,7 +213,7 @@ class MtpDrafter:
 
     @torch.no_grad()
     def begin(
-        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int
+        self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int, depth: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if new_hidden is None:
             raise ValueError("MtpDrafter needs the target's final hidden states (hidden_layers is non-empty)")

@@ -92,6 +92,9 @@ def generate_batch(
         check_args(
             target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens
         )
+    if drafter is not None and method(selector).session is not None:
+        raise ValueError(f"selector {selector!r} decides each prompt's steps itself (its session): generate_batch "
+                         "runs the methods that draft the configured tree; decode it at batch size 1")  # fmt: skip
     seeds = [seed] * len(rows_in) if isinstance(seed, int) else list(seed)
     if len(seeds) != len(rows_in) or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"generate_batch: seed must be an int or one int per prompt ({len(rows_in)}), got {seed!r}")

@@ -85,13 +85,14 @@ class CompiledTarget:
     def __exit__(self, *exc) -> None:
         self.routes = []
 
-    def prepare_parts(self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool):
-        """The EAGLE-3 head's draft steps and the expert predictor's pass compiled too (a draft model, the oracle and
-        a method without a predictor keep theirs)."""
+    def prepare_parts(self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool,
+                      depths: tuple[int, ...] = ()):  # fmt: skip
+        """The EAGLE-3 head's draft steps (for each tree depth in `depths` too) and the expert predictor's pass
+        compiled too (a draft model, the oracle and a method without a predictor keep theirs)."""
         from ecospec.engine.static_eagle3 import prepare_drafter
         from ecospec.engine.static_predictor import prepare_predictor
 
-        drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len)
+        drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len, depths=depths)
         if predicted:
             predictor = prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len)
         return drafter, predictor

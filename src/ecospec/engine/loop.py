@@ -41,6 +41,7 @@ def generate(
     expert_budget: int | None = None,
     budget_policy: str = "truncate",
     engine="eager",
+    profile=None,
 ) -> GenerateResult:
     """Generate up to `max_new_tokens` tokens for one prompt (see docs/design.md, Public API).
 
@@ -49,15 +50,18 @@ def generate(
     drafting (off by default), see `grow_tree`. `expert_budget` (MoE-Spec, lossy): every SD verify pass loads at
     most that many experts per MoE layer (`engine.budget`; `budget_policy` truncate | substitute). `engine`:
     "eager" (transformers' forward, the paper's prototype regime), "compiled" (`engine.compiled`, prepared per call)
-    or a `CompiledTarget` prepared once for many calls."""
-    check_args(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens)
+    or a `CompiledTarget` prepared once for many calls. `profile`: the verify-cost profile
+    (`analysis.cost.VerifyProfile`) a method that prices passes in seconds needs (`bench.profile.load_profile`)."""
+    check_args(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens,
+               profile)  # fmt: skip
+    spec = method(selector)
+    session, needs_experts = spec.open(gamma, depth, topk, profile), spec.predictor is not None
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
     tgt = open_target(engine, target, drafter, expert_budget, budget_policy, block,
-                      input_ids.shape[1] + max_new_tokens + block)  # fmt: skip
-    spec = method(selector)
-    session, needs_experts = spec.open(gamma, depth, topk), spec.predictor is not None
+                      input_ids.shape[1] + max_new_tokens + block, session.block_sizes)  # fmt: skip
     shape = dict(zip(("depth", "topk"), session.draft_shape, strict=True))
-    drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, **shape, predicted=needs_experts)
+    drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, **shape, depths=session.draft_depths,
+                                           predicted=needs_experts)  # fmt: skip
     num_experts = moe_info(target).num_experts
     eos, gen, timer = eos_set(target, eos_token_id), torch.Generator().manual_seed(seed), StepTimer(target.device)
     ids = input_ids.to(target.device)
@@ -84,13 +88,13 @@ def generate(
             # 1. Draft a tree as deep and wide as the method asks (depth 0: none this step).
             tree, (d, k) = DraftTree(), session.shape() if drafter is not None else (0, 0)
             if d:
-                root_logp, root_ids = drafter.begin(new_tokens, hidden_new, k)
+                root_logp, root_ids = drafter.begin(new_tokens, hidden_new, k, depth=d)
                 tree = grow_tree(root_logp, root_ids, drafter.expand, d, draft_stop)
             timer.mark("draft")
 
             # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
             experts, root_experts = None, None
-            if len(tree) and needs_experts:
+            if len(tree) and needs_experts and session.wants_experts:
                 if predictor == "oracle":
                     root_experts, experts = oracle_experts(tgt, root, tree, num_experts)
                 else:

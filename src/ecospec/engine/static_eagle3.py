@@ -145,7 +145,7 @@ class CompiledEagle3:
 
     kind = "eagle3"  # the drafter kind it drafts as (method.drafter; engine.scope)
 
-    def __init__(self, drafter, *, gamma: int, depth: int, topk: int, max_len: int):
+    def __init__(self, drafter, *, gamma: int, depth: int, topk: int, max_len: int, depths: tuple[int, ...] = ()):
         head = drafter.head
         if getattr(drafter.embed, "weight", None) is None:
             raise ValueError("engine=compiled needs the EAGLE-3 drafter's embedding as a module with a weight")
@@ -173,14 +173,16 @@ class CompiledEagle3:
         self._lv_block = torch.zeros(k, w, dtype=torch.bool, device=dev)
         self._temps: dict[int, torch.Tensor] = {}
         self.depth = depth
+        self.depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))  # one draft graph each
         self.levels = {"drafted": 0, "one_by_one": 0}  # tree levels served by draft_step / run one by one
         self._temperatures = torch.stack([self._temperature(d) for d in range(1, depth + 1)])
         self.draft_c = compile_method(self.static, StaticEagle3.draft_step)
         self.level_c = compile_method(self.static, StaticEagle3.level_step)
         t0 = time.perf_counter()
         with torch.inference_mode():  # one call per shape compiles it (from disk when inductor's cache has it)
-            self.draft_c(self._feats, self._tokens, self._pos, self._start, self._begin_block[1], self._pick[1],
-                         self._temperatures, depth)  # fmt: skip
+            for d in self.depths:
+                self.draft_c(self._feats, self._tokens, self._pos, self._start, self._begin_block[1], self._pick[1],
+                             self._temperatures, d)  # fmt: skip
             self.level_c(self._lv["parents"], self._lv["tokens"], self._lv["pos"], self._lv["slots"], self._start,
                          self._lv_block, self._lv["rows"], self._temperature(1))  # fmt: skip
         self.compile_s = time.perf_counter() - t0
@@ -213,7 +215,9 @@ class CompiledEagle3:
             self.drafter.logits_log.append(logits)
 
     @torch.no_grad()
-    def begin(self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int):
+    def begin(self, new_tokens: torch.Tensor, new_hidden: torch.Tensor | None, topk: int, depth: int | None = None):
+        """The root's children; the tree's levels up to `depth` (this step's; the prepared depth when None) are
+        drafted ahead in the same graph (the smallest prepared depth that covers it)."""
         if new_hidden is None or new_hidden.dim() != 3 or new_hidden.shape[0] != 1:
             raise ValueError("begin expects new_hidden [1, m', F] (the target's features; batch size 1)")
         if topk != self.topk:
@@ -228,11 +232,12 @@ class CompiledEagle3:
             self._tokens[:m] = tokens
             torch.add(self._arange, n, out=self._pos)
             self._start.fill_(n)
+            ahead = self._ahead(depth)
             vals, ids, beams, logits = self.draft_c(self._feats, self._tokens, self._pos, self._start,
                                                     self._begin_block[m], self._pick[m], self._temperatures,
-                                                    self.depth)  # fmt: skip
+                                                    ahead)  # fmt: skip
             k = self.topk
-            self._drafted = (vals, ids, beams.tolist(), logits)
+            self._drafted = (vals, ids, beams.tolist(), logits, ahead)
             vals, ids, logits = vals[None, :k], ids[None, :k], logits[:1]
         else:  # the prompt: the same step uncompiled
             causal = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
@@ -245,6 +250,9 @@ class CompiledEagle3:
         self.length = n + m
         self._tree, self._node_row = None, {}
         return vals[0], ids[0]
+
+    def _ahead(self, depth: int | None) -> int:
+        return next((d for d in self.depths if depth is not None and d >= depth), self.depth)
 
     @torch.no_grad()
     def expand(self, tree: DraftTree, beam: list[int], topk: int | None = None):
@@ -273,10 +281,10 @@ class CompiledEagle3:
         levels from here on run one by one: `draft_stop`, a near-tie the host's probabilities order otherwise)."""
         if self._drafted is None:
             return None
-        vals, ids, beams, logits = self._drafted
+        vals, ids, beams, logits, ahead = self._drafted
         k, level = self.topk, tree.depths[beam[0]]
         expected = list(range(k)) if level == 1 else [k + (level - 2) * k * k + c for c in beams[level - 2]]
-        if level >= self.depth or beam != expected or any(tree.depths[b] != level for b in beam):
+        if level >= ahead or beam != expected or any(tree.depths[b] != level for b in beam):
             self._drafted = None
             self._node_row = {i: r for i, r in self._node_row.items() if tree.depths[i] < level}
             return None
@@ -315,15 +323,16 @@ class CompiledEagle3:
                     self._temperature(depth + 1))  # fmt: skip
 
 
-def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int):
+def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int, depths: tuple[int, ...] = ()):
     """The compiled form of an `Eagle3Drafter` (prepared once per head, weights and shapes); any other drafter
     (a draft model: its own eager forward) and an already compiled one are returned as they are."""
     if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3):
         return drafter
     head = drafter.head
     weights = tuple((p.data_ptr(), p._version) for p in head.parameters())
-    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights)
+    depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))
+    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights, depths)
     cache = prepared_on(drafter)
     if key not in cache:
-        cache[key] = CompiledEagle3(drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
+        cache[key] = CompiledEagle3(drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len, depths=depths)
     return cache[key]

@@ -75,15 +75,15 @@ def expert_kernel():
     return _KERNEL[0]
 
 
-@torch.library.custom_op("ecospec::expert_mlp", mutates_args=())
-def expert_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """SwiGLU experts over token-slots sorted by expert: x [T, H], gate_up [N, 2I, H], down [N, H, I], offs [N]
-    cumulative slots per expert -> [T, H]. An opaque op for the compiler: one C++ pass over the experts that have
-    slots, each one's weights read once (torch's grouped GEMM has a bf16-only fake kernel and visits every group)."""
-    return expert_kernel().expert_mlp(x, gate_up, down, offs)
+torch.library.define("ecospec::expert_mlp", "(Tensor x, Tensor gate_up, Tensor down, Tensor offs) -> Tensor")
+# SwiGLU experts over token-slots sorted by expert: x [T, H], gate_up [N, 2I, H], down [N, H, I], offs [N] cumulative
+# slots per expert -> [T, H]. An opaque op for the compiler whose CPU kernel is C++ (`expert_kernel()` registers it):
+# one pass over the experts that have slots, each one's weights read once (torch's grouped GEMM has a bf16-only fake
+# kernel and visits every group). Declared here and implemented in C++, so that the compiled step's C++ wrapper
+# calls it through the dispatcher: a Python custom op cost a trip through Python per MoE layer and pass.
 
 
-@expert_mlp.register_fake
+@torch.library.register_fake("ecospec::expert_mlp")
 def _(x, gate_up, down, offs):
     return x.new_empty(x.shape[0], down.shape[1])
 
@@ -104,7 +104,7 @@ def moe_experts(x, ids, weights, gate_up, down) -> torch.Tensor:
     order = torch.argsort(flat, stable=True)
     token = order // k
     counts = torch.zeros(n, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
-    h = expert_mlp(x[token], gate_up, down, torch.cumsum(counts, 0))
+    h = torch.ops.ecospec.expert_mlp(x[token], gate_up, down, torch.cumsum(counts, 0))
     h = h * weights.reshape(-1)[order, None]
     return torch.zeros_like(x).index_add_(0, token, h.to(x.dtype))
 
@@ -128,6 +128,7 @@ class StaticQwen3(nn.Module):
             raise ValueError(f"the compiled engine supports Qwen3-MoE targets only, got {info.family}")
         if cfg.hidden_act != "silu":
             raise ValueError(f"the compiled engine's experts are SwiGLU, not hidden_act {cfg.hidden_act!r}")
+        expert_kernel()  # the expert op's CPU kernel, registered before any step is traced
         model = target.model
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads

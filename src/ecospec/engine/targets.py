@@ -105,9 +105,9 @@ class EagerTarget:
         return self.capture.take(device=None)
 
 
-def open_target(engine, target, drafter, expert_budget, budget_policy, block: int, longest: int):
-    """The target interface of one decode: `engine` "eager", "compiled" (prepared here) or a prepared
-    `CompiledTarget`; refusals name what is missing."""
+def open_target(engine, target, drafter, expert_budget, budget_policy, block: int, longest: int, sizes=()):
+    """The target interface of one decode: `engine` "eager", "compiled" (prepared here, with a graph for each of
+    the block `sizes` the method may verify) or a prepared `CompiledTarget`; refusals name what is missing."""
     from ecospec.engine.compiled import CompiledTarget, prepare, refusal
 
     hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
@@ -119,7 +119,8 @@ def open_target(engine, target, drafter, expert_budget, budget_policy, block: in
     if reason:
         raise ValueError(reason)
     if engine == "compiled":
-        return prepare(target, gamma=block, max_len=slots(longest), hidden_layers=hidden)
+        return prepare(target, gamma=block, max_len=slots(longest), hidden_layers=hidden,
+                       sizes=tuple(s for s in sizes if s <= block))  # fmt: skip
     if engine.target is not target:
         raise ValueError("engine: the CompiledTarget was prepared for another target")
     if engine.gamma < block or engine.max_len < longest:

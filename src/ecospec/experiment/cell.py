@@ -63,17 +63,19 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             drafter = None if ar else comp.drafter
             # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
             predictor = None if ar else comp.predictor
-            depth, topk = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"]).draft_shape
+            session = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
+            depth, topk = session.draft_shape
             engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"],
                                             predictor=predictor if method["selector"] in needing_experts() else None,
-                                            depth=depth, topk=topk)  # fmt: skip
+                                            depth=depth, topk=topk, sizes=session.block_sizes,
+                                            depths=session.draft_depths)  # fmt: skip
             t0, c0 = clock_now()
             res = ecospec.generate(
                 comp.target, torch.tensor([ids]), drafter=drafter, engine=engine,
                 selector=method["selector"], predictor=predictor, gamma=cfg["gamma"],
                 depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
                 max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
-                **_budget(cfg, method),
+                profile=None if ar else comp.profile, **_budget(cfg, method),
             )  # fmt: skip
             t1, c1 = clock_now()
             row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
@@ -371,6 +373,8 @@ def _companions(d: dict, cell_dir: Path, device: torch.device, comp: Components,
 def _fill(record: dict, comp: Components, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
     """A cell record's summary and per-prompt parts from its rows and its AR."""
     record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"], clock, pairing)
+    if comp.profile_ref:  # the profile the method priced its passes with (no part of the cell's identity)
+        record["profile"] = comp.profile_ref
     if why:
         record["summary"]["clock_note"] = why
     record["ar_prompts"] = ar.get("timing") or []

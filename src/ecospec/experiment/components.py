@@ -30,6 +30,8 @@ class Components:
     predictor: Any = None  # ExpertPredictor, "oracle" or None
     predictor_accuracy: float | None = None  # held-out top-k accuracy stored with the checkpoint
     engine: CellEngine = field(default_factory=CellEngine)  # eager | compiled (shared by a job's methods)
+    profile: Any = None  # the verify-cost profile of a method that prices passes in seconds (VerifyProfile)
+    profile_ref: dict | None = None  # {"key", "hash"} of that profile: what the record names
 
 
 def pick_device(name: str) -> torch.device:
@@ -211,4 +213,19 @@ def load_components(cfg: dict, device: torch.device, loaded: Components | None =
     elif method.get("predictor") == "oracle":
         predictor = "oracle"
     engine = loaded.engine if loaded is not None else CellEngine(cfg.get("engine") or "eager")
-    return Components(target, tokenizer, drafter, predictor, accuracy, engine)
+    profile, ref = _profile(cfg, target, device)
+    return Components(target, tokenizer, drafter, predictor, accuracy, engine, profile, ref)
+
+
+def _profile(cfg: dict, target, device: torch.device):
+    """(profile, {"key", "hash"}) of this model, engine and machine when the cell's method prices passes in seconds
+    (else (None, None)); none measured stops the cell naming the command that makes it."""
+    from ecospec.bench.profile import load_profile
+    from ecospec.experiment.records import hardware
+    from ecospec.methods import method
+
+    if not method(cfg["method"].get("selector") or "confidence").cost_model or cfg["method"]["name"] == "ar":
+        return None, None
+    dtype = str(target.dtype).removeprefix("torch.")
+    profile, digest = load_profile(cfg["model"]["name"], cfg.get("engine") or "eager", dtype, hardware(device))
+    return profile, {"key": profile.key, "hash": digest}

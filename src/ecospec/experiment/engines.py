@@ -25,9 +25,10 @@ class CellEngine:
     _counted: set = field(default_factory=set)  # the compiled drafters and predictors whose warm-up is counted
 
     def for_decode(self, target, drafter, gamma: int, prompt_len: int, max_new_tokens: int, predictor=None,
-                   depth: int = 3, topk: int = 2):  # fmt: skip
-        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length (with the
-        EAGLE-3 head's draft steps and the predictor's pass prepared too: `ecospec.generate` finds them ready)."""
+                   depth: int = 3, topk: int = 2, sizes: tuple = (), depths: tuple = ()):  # fmt: skip
+        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length and the
+        block `sizes` its method verifies (with the EAGLE-3 head's draft steps for each of `depths` and the
+        predictor's pass prepared too: `ecospec.generate` finds them ready)."""
         if self.name == "eager":
             return "eager"
         from ecospec.engine.compiled import prepare, refusal
@@ -40,14 +41,17 @@ class CellEngine:
         block = gamma if drafter is not None else 1  # an AR step verifies one token
         size = slots(prompt_len + max_new_tokens + block)
         hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
-        key = (block, size, hidden)
+        sizes = tuple(sorted({s for s in sizes if s <= block})) if drafter is not None else ()
+        key = (block, size, hidden, sizes)
         if key not in self.prepared:
-            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden)
+            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden,
+                                                    sizes=sizes)  # fmt: skip
             self.compile_s += prepared.compile_s
             self.parts.add("target")
         if drafter is not None:
             for part, obj, made in (
-                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size)),
+                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size,
+                                                         depths=depths)),
                 ("predictor", predictor, prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk,
                                                            max_len=size)),
             ):  # fmt: skip
@@ -61,7 +65,7 @@ class CellEngine:
         """What the record's `env` says of the engine (nothing for eager: records keep what they held)."""
         if self.name == "eager":
             return {}
-        shapes = sorted({(b, s) for b, s, _ in self.prepared})
+        shapes = sorted({(b, s) for b, s, *_ in self.prepared})
         return {
             "engine": self.name,
             "compile_s": round(self.compile_s, 2),

@@ -42,6 +42,7 @@ def prompt_row(
         "steps": len(steps),
         "accepted": sum(s.accepted for s in steps),
         "verified": sum(s.verified for s in steps),
+        "speculated": sum(s.verified > 1 for s in steps),  # steps that verified more than the root
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "t_prefill_s": res.t_prefill,
@@ -175,6 +176,11 @@ def summarize(rows: list[dict], batches: list[dict] | None = None, clock: str = 
         "clock": clock,
         "tokens_per_s": _ratio(tokens, seconds),
         "acceptance_by_position": acceptance_by_position(rows),
+        "mean_block": _ratio(sum(r.get("verified", 0) for r in rows), steps),  # tokens a verify pass checks
+        # share of steps that speculated (verified more than the root); None for rows written before it was kept
+        "speculating": _ratio(sum(r["speculated"] for r in rows), steps)
+        if all("speculated" in r for r in rows)
+        else None,
         # share of full-length outputs whose last 16 tokens are a loop of period <= 2 (output quality)
         "loop_share": _ratio(sum(bool(r.get("loop")) for r in loops), len(loops))
         if (loops := [r for r in rows if r.get("loop") is not None])

@@ -11,15 +11,19 @@ from ecospec.methods import Candidates
 
 def greedy_static(c: Candidates, scores: Sequence[float], budget: int) -> list[int]:
     """Frontier-greedy by a fixed per-node score (a heap keyed by score, P, -depth, -index)."""
+    return sorted(picks_static(c, scores, budget))
+
+
+def picks_static(c: Candidates, scores: Sequence[float], budget: int) -> list[int]:
+    """`greedy_static`'s picks in the order it makes them: every prefix of the list is prefix-closed."""
     heap = [(-scores[i], -c.probs[i], c.depth[i], i) for i in c.roots]
     heapq.heapify(heap)
     out = []
-    for _ in range(budget):
+    while heap and len(out) < budget:
         i = heapq.heappop(heap)[3]
         out.append(i)
         for child in c.children[i]:
             heapq.heappush(heap, (-scores[child], -c.probs[child], c.depth[child], child))
-    out.sort()
     return out
 
 

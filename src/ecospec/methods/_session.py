@@ -8,7 +8,8 @@ from ecospec.selection import select
 class Session:
     """The default: draft the configured tree every step and verify the `budget` nodes the method's rule picks
     (`ecospec.select`, so a session chooses exactly what the public API selects). A method with other decisions
-    (how much to draft, whether to speculate at all) passes its own class as `MethodSpec.session`."""
+    (how much to draft, whether to speculate at all) passes its own class as `MethodSpec.session`. `cost`: the
+    verify-cost profile (`analysis.cost.VerifyProfile`) of a method that prices passes in seconds, else None."""
 
     def __init__(self, spec, gamma: int, depth: int, topk: int, cost=None):
         self.spec, self.gamma, self.depth, self.topk, self.cost = spec, gamma, depth, topk, cost
@@ -17,6 +18,22 @@ class Session:
     def draft_shape(self) -> tuple[int, int]:
         """(depth, top-k) of the largest tree this session drafts: what a compiled drafter is prepared for."""
         return self.depth, self.topk
+
+    @property
+    def draft_depths(self) -> tuple[int, ...]:
+        """Every tree depth a step may draft (a compiled drafter prepares a graph for each)."""
+        return (self.draft_shape[0],)
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        """Every block size a verify pass may have (a compiled target prepares a graph for each)."""
+        return (1, self.gamma)
+
+    @property
+    def wants_experts(self) -> bool:
+        """Whether this step's candidates need expert sets (the predictor's pass): a method that reads them may
+        decide that a pass costs more than it can save."""
+        return self.spec.predictor is not None
 
     def shape(self) -> tuple[int, int]:
         """(depth, top-k) of this step's draft tree; depth 0 drafts nothing (the step verifies the root alone)."""

@@ -89,4 +89,8 @@ at::Tensor expert_mlp(const at::Tensor& x_in, const at::Tensor& gate_up_in, cons
   return out;
 }
 
+// The CPU kernel of the op the Python side declares (torch.library.define in engine/static_qwen3.py): the compiled
+// step's C++ wrapper then calls it through the dispatcher, with no trip through Python per layer.
+TORCH_LIBRARY_IMPL(ecospec, CPU, m) { m.impl("expert_mlp", &expert_mlp); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("expert_mlp", &expert_mlp, "routed SwiGLU experts, sorted slots"); }

@@ -1,0 +1,123 @@
+"""ecospec_adaptive: EcoSpec's marginal-expert selection priced in seconds by the verify-cost profile (ours).
+
+Frontier-greedy like EcoSpec's Alg. 1, but a node's score is P over what verifying it adds to the pass on this
+engine: one token's seconds plus its predicted experts not yet in the buffer, each at the profile's seconds per
+unique expert per layer. Every prefix of that order is priced as a whole step (the loop's overhead, the drafting and
+predicting done, the verify pass of its tokens and its buffer's experts) and the prefix with the most expected
+tokens per second is verified; none makes the step an AR step. Three more decisions, each from the same rate:
+- the predictor runs only where its pass costs less than the most it can save (every expert a full block may add,
+  at the profile's price); without it a block's experts are the profile's expectation for its size;
+- it drafts only depths that could beat an AR step if every drafted token were accepted (none: it never drafts),
+  and the next step drafts the depth whose subtree of this step's tree had the best rate (one deeper when the
+  deepest drafted was best, up to the configured depth);
+- when even the best rate is below an AR step's, the next steps draft nothing (`FIRST_SKIP`, then `GROWTH` times
+  as many ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay."""
+
+from ecospec.methods import Candidates, MethodSpec, register
+from ecospec.methods._greedy import greedy_buffered, picks_static
+from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
+from ecospec.methods._session import Session
+from ecospec.selection import candidates
+
+FIRST_SKIP, GROWTH, MAX_SKIP = 4, 4, 64  # steps that draft nothing after a step that did not pay, and their growth
+
+
+class AdaptiveSession(Session):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skip, self.skip_left, self.next_depth = FIRST_SKIP, 0, self.depth
+        cost = self.cost  # None when asked only for its shapes
+        if cost is None:
+            self.predicting, self.depths = True, tuple(range(1, self.depth + 1))
+            return
+        saving = cost.per_expert_layer_s * cost.layers * (cost.experts(self.gamma) - cost.experts(1))
+        self.predicting = (cost.predictor_pass_s or 0.0) < saving
+        self.depths = tuple(d for d in range(1, self.depth + 1) if self._could_pay(d))
+        self.next_depth = self.depths[-1] if self.depths else 0
+
+    def _could_pay(self, depth: int) -> bool:
+        """Whether a step drafting `depth` levels beats an AR step when all `depth` drafted tokens on its path are
+        accepted (the best case: its other nodes add time, not tokens)."""
+        cost = self.cost
+        seconds = cost.t_step(drafted_seconds(cost, depth, "tree", predictor=self.predicting), min(depth, self.gamma
+                              - 1) + 1)  # fmt: skip
+        return (1 + min(depth, self.gamma - 1)) * cost.ar_step_s > seconds
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return all_sizes(self.gamma)
+
+    @property
+    def draft_depths(self) -> tuple[int, ...]:
+        return tuple(range(1, self.depth + 1))
+
+    @property
+    def wants_experts(self) -> bool:
+        return self.predicting
+
+    def shape(self) -> tuple[int, int]:
+        if self.skip_left or not self.next_depth:
+            self.skip_left = max(0, self.skip_left - 1)
+            return 0, self.topk
+        return self.next_depth, self.topk
+
+    def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
+        if self.predicting:
+            c = candidates(self.spec.name, tree.parents, tree.probs, experts, root_experts)
+        else:  # no expert sets: the tree as a rule without them sees it
+            c = candidates("confidence", tree.parents, tree.probs, None)
+        drawn = max(tree.depths)
+        rates = {d: self._best(c, budget, d) for d in range(1, drawn + 1)}
+        order, n, rate = rates[drawn]
+        feasible = [d for d in rates if d in self.depths] or [drawn]
+        best = max(feasible, key=lambda d: (rates[d][2], -d))
+        deeper = [d for d in self.depths if d > drawn]
+        self.next_depth = deeper[0] if best == drawn and deeper else best
+        if max(r for _, _, r in rates.values()) * self.cost.ar_step_s < 1.0:  # slower than AR at every depth
+            self.skip_left, self.skip = self.skip, min(GROWTH * self.skip, MAX_SKIP)
+        else:
+            self.skip = FIRST_SKIP
+        return sorted(order[:n])
+
+    def _best(self, c: Candidates, budget: int, depth: int) -> tuple[list[int], int, float]:
+        """(the pick order, its best prefix, that prefix's rate) of the subtree of `c` down to `depth`, priced as
+        a step that drafted `depth` levels."""
+        cost = self.cost
+        sub = Candidates(c.parents, c.probs, c.depth, c.roots, [[j for j in ch if c.depth[j] <= depth] for ch in
+                         c.children], c.traj, c.buffer, c.eps)  # fmt: skip
+        drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
+        if self.predicting:
+            order, buffers = priced_picks(sub, budget, cost.per_token_s, cost.per_expert_layer_s)
+            seconds = [cost.t_step(drafted, n + 1, b.bit_count() / cost.layers) for n, b in enumerate(buffers)]
+        else:
+            order = picks_static(sub, sub.probs, budget)
+            seconds = [cost.t_step(drafted, n + 1) for n in range(len(order) + 1)]
+        n, rate = best_prefix([c.probs[i] for i in order], seconds)
+        return order, n, rate
+
+
+def priced_picks(c: Candidates, budget: int, token_s: float, expert_s: float) -> tuple[list[int], list[int]]:
+    """(picks in order, the buffer before the first pick and after each): frontier-greedy by
+    P / (token_s + expert_s * |E_traj(i) \\ B|), B absorbing each pick's E_traj; ties to larger P, smaller depth,
+    smaller index. Stops when the frontier is empty."""
+    frontier, buf = list(c.roots), c.buffer
+    out, buffers = [], [buf]
+    while frontier and len(out) < budget:
+        notbuf = ~buf
+        best, best_key = -1, None
+        for i in frontier:
+            pr = c.probs[i]
+            key = (pr / (token_s + expert_s * (c.traj[i] & notbuf).bit_count()), pr, -c.depth[i], -i)
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        frontier.remove(best)
+        frontier.extend(c.children[best])
+        buf |= c.traj[best]
+        out.append(best)
+        buffers.append(buf)
+    return out, buffers
+
+
+SPEC = register(MethodSpec(name="ecospec_adaptive", label="EcoSpec-Adaptive", colour="tab:brown",
+                           role="ecospec_adaptive", predictor="learned", buffered=True, rule=greedy_buffered,
+                           order=35, cost_model=True, session=AdaptiveSession))  # fmt: skip

@@ -1,0 +1,128 @@
+"""The methods that price a step in seconds with the verify-cost profile (EVICT, Cascade, EcoSpec-Adaptive): their
+decisions follow their rules, they stay token-exact against AR whatever they decide (eager here, compiled under
+the `compiled` marker), and one without a profile is told how to make one."""
+
+import pytest
+import torch
+
+import ecospec
+from ecospec.analysis.cost import VerifyProfile
+from ecospec.drafters.draft_model import DraftModelDrafter
+from ecospec.methods import method
+from ecospec.methods._rate import best_prefix
+from ecospec.methods.cascade import SET_STEPS, TEST_STEPS
+from ecospec.models import perturbed_copy, tiny_model
+
+ADAPTIVE = ("evict", "cascade", "ecospec_adaptive")
+
+
+def profile(per_expert: float, overhead: float = 0.001, layers: int = 2) -> VerifyProfile:
+    """A made-up profile: `per_expert` decides whether a wider block pays."""
+    return VerifyProfile(
+        model="t", engine="eager", dtype="float64", processor="x", layers=layers, intercept_s=0.002,
+        per_token_s=0.0002, per_expert_layer_s=per_expert, r2=1.0, points=5, ar_step_s=0.0024 + overhead + 0.0003,
+        overhead_s=overhead, draft_pass_s={"tree": 0.0003, "chain": 0.0002}, predictor_pass_s=0.0002,
+        experts_by_tokens={str(t): min(8.0, 2.0 * t) for t in range(1, 9)}, source="test",
+    )  # fmt: skip
+
+
+CHEAP, DEAR = profile(1e-6, overhead=0.01), profile(2e-3)  # a big per-step overhead favours big blocks
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
+    return target, DraftModelDrafter(perturbed_copy(target, 0.02, seed=1)), ids
+
+
+@pytest.mark.parametrize("selector", ADAPTIVE)
+def test_greedy_is_token_exact_whatever_the_profile_decides(pair, selector):
+    target, drafter, ids = pair
+    ar = ecospec.generate(target, ids, max_new_tokens=40, eos_token_id=[])
+    kw = dict(drafter=drafter, selector=selector, gamma=6, max_new_tokens=40, eos_token_id=[])
+    if method(selector).predictor:
+        kw["predictor"] = "oracle"
+    cheap = ecospec.generate(target, ids, profile=CHEAP, **kw)
+    dear = ecospec.generate(target, ids, profile=DEAR, **kw)
+    assert cheap.tokens == ar.tokens and dear.tokens == ar.tokens
+    spec = lambda res: sum(st.verified > 1 for st in res.steps) / len(res.steps)  # noqa: E731
+    assert spec(cheap) > 0.5, "verifying is nearly free: the method should speculate on most steps"
+    assert spec(dear) < spec(cheap), "a dear expert should make the method speculate less"
+    assert max(st.verified for st in cheap.steps) <= 6
+
+
+def test_a_method_that_prices_passes_needs_a_profile(pair):
+    target, drafter, ids = pair
+    with pytest.raises(ValueError, match="selector 'evict' prices passes in seconds.*python -m ecospec.bench.profile"):
+        ecospec.generate(target, ids, drafter=drafter, selector="evict", max_new_tokens=4)
+
+
+def test_best_prefix_maximises_expected_tokens_per_second():
+    # P = 0.9, 0.5, 0.1: tokens 1, 1.9, 2.4, 2.5 over 1, 1.2, 1.5, 2.0 s -> rates 1, 1.583, 1.6, 1.25
+    assert best_prefix([0.9, 0.5, 0.1], [1.0, 1.2, 1.5, 2.0]) == (2, pytest.approx(1.6))
+    assert best_prefix([0.1], [1.0, 1.5])[0] == 0  # not worth a token: an AR step
+
+
+def test_evict_verifies_the_best_prefix_of_the_best_first_order():
+    """A tree whose best-first order is 0, 2, 1 (P 0.9, 0.6, 0.3): EVICT prices each prefix with the profile's
+    expected experts for its size and takes the one with the most expected tokens per second."""
+    from ecospec.engine.tree import DraftTree
+
+    tree = DraftTree(tokens=[5, 6, 7], parents=[-1, -1, 0], probs=[0.9, 0.3, 0.6], depths=[1, 1, 2])
+    for prof in (CHEAP, DEAR):
+        session = method("evict").open(6, 2, 2, prof)
+        drafted = 2 * prof.draft_pass_s["tree"]
+        rates = [(1 + sum([0.9, 0.6, 0.3][:n])) / prof.t_step(drafted, n + 1) for n in range(4)]
+        n = max(range(4), key=lambda i: (rates[i], -i))
+        assert session.choose(tree, None, None, 5) == sorted([0, 2, 1][:n])
+    assert method("evict").open(6, 2, 2, CHEAP).choose(tree, None, None, 5) == [0, 1, 2]
+    assert method("evict").open(6, 2, 2, DEAR).choose(tree, None, None, 5) == [0]  # the sure node only
+
+
+def test_cascade_tests_then_sets_and_backs_off_when_speculation_does_not_pay():
+    """Scripted steps: every drafted token accepted under the cheap profile (utility grows with K: the test climbs
+    to its trial limit and sets the best K), nothing accepted under the dear one (K = 1 below 1: K = 0 for a set
+    phase, twice as long the next time)."""
+    s = method("cascade").open(6, 3, 2, CHEAP)
+    ks = []
+    for _ in range(4 * TEST_STEPS + SET_STEPS):
+        k, _ = s.shape()
+        ks.append(k)
+        s.observe(k + 1, k + 1)
+    assert ks == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4 + [4] * SET_STEPS
+
+    s = method("cascade").open(6, 3, 2, DEAR)
+    ks = []
+    for _ in range(TEST_STEPS + SET_STEPS + TEST_STEPS + 2 * SET_STEPS + 1):
+        k, _ = s.shape()
+        ks.append(k)
+        s.observe(1, k + 1)
+    assert ks == [1] * 4 + [0] * SET_STEPS + [1] * 4 + [0] * (2 * SET_STEPS) + [1]
+
+
+def test_adaptive_stops_drafting_while_speculation_does_not_pay(pair):
+    """Under the dear profile EcoSpec-Adaptive's best block is slower than AR, so it drafts nothing for 1, 2, 4 ...
+    steps: most steps draft no tree at all."""
+    target, drafter, ids = pair
+    res = ecospec.generate(target, ids, drafter=drafter, selector="ecospec_adaptive", predictor="oracle", gamma=6,
+                           max_new_tokens=40, eos_token_id=[], profile=DEAR)  # fmt: skip
+    undrafted = sum(st.drafted_depth == 0 for st in res.steps)
+    assert undrafted > len(res.steps) / 2
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("selector", ADAPTIVE)
+def test_adaptive_methods_decode_compiled_as_eager(selector):
+    from test_methods import _head_drafter
+
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    drafter = _head_drafter(target)
+    ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
+    kw = dict(drafter=drafter, selector=selector, gamma=5, max_new_tokens=24, eos_token_id=[], profile=CHEAP)
+    if method(selector).predictor:
+        kw["predictor"] = "oracle"
+    eager = ecospec.generate(target, ids, **kw)
+    compiled = ecospec.generate(target, ids, engine="compiled", **kw)
+    assert compiled.tokens == eager.tokens
+    assert [st.verified for st in compiled.steps] == [st.verified for st in eager.steps]
