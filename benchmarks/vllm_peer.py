@@ -12,7 +12,9 @@ at the model's γ (`--tree-gamma`, depth 3, top-2; EAGLE-3's confidence selector
 run, against vLLM's AR of the same rounds (their `ours/vLLM` is tree TPOT over vLLM's AR TPOT).
 
 Checks (exit 1 when one fails): the two engines' alpha agree within 2 % (the same chain policy and greedy rule: a
-gap is a bug in one of them); their greedy AR outputs are equal for all but one prompt in 16. Goal (reported, not
+gap is a bug in one of them), and so does their per-position acceptance (within 0.02 at every position, one
+definition: `experiment.metrics.acceptance_by_position`, vLLM's counters in `vllm_backend.summary`); their greedy AR
+outputs are equal for all but one prompt in 16. Goal (reported, not
 enforced): our TPOT at least vLLM-CPU's for AR and EAGLE-3 at batch 1. Both engines run on one core each, one after
 the other, rounds alternating (vLLM, ours, vLLM, ours): `VLLM_CPU_OMP_THREADS_BIND` pins vLLM's worker to core 1,
 our process runs one torch thread on core 0. Needs `make install-vllm` and the embedded default (built on first use).
@@ -33,6 +35,7 @@ import ecospec
 from ecospec.engine.compiled import prepare
 from ecospec.engine.static_eagle3 import prepare_drafter
 from ecospec.engine.static_predictor import prepare_predictor
+from ecospec.experiment.metrics import acceptance_by_position, positions
 from ecospec.tiny.build import paths
 from ecospec.tiny.evaluate import humaneval_ids, load_components
 from ecospec.vllm_backend.args import server_args
@@ -47,7 +50,7 @@ def ours(target, prompts, tokens: int, batch: int, drafter=None, gamma: int = 4,
     generate()'s tree arguments (depth, topk, selector, predictor) instead of the chain's."""
     seconds = after_first = 0.0
     steps = accepted = n = 0
-    outs = []
+    outs, rows = [], []
     shape = tree or dict(depth=gamma - 1, topk=1)
     for i in range(0, len(prompts), batch):
         group = prompts[i : i + batch]
@@ -66,8 +69,9 @@ def ours(target, prompts, tokens: int, batch: int, drafter=None, gamma: int = 4,
         steps += sum(len(r.steps) for r in results)
         accepted += sum(st.accepted for r in results for st in r.steps)
         outs += [list(r.tokens) for r in results]
+        rows += [positions(r.steps) for r in results]
     return {"tpot_s": after_first / (n - len(prompts)), "tokens_per_s": n / seconds, "alpha": accepted / steps,
-            "outputs": outs}  # fmt: skip
+            "outputs": outs, "acceptance_by_position": acceptance_by_position(rows)}  # fmt: skip
 
 
 def main() -> int:
@@ -143,6 +147,7 @@ def main() -> int:
                 v = engine_summary(v_rounds)
                 for (m, e), got in o_rounds.items():
                     o = {k: sum(x[k] for x in got) / len(got) for k in ("tpot_s", "tokens_per_s", "alpha")}
+                    o["acceptance_by_position"] = got[0]["acceptance_by_position"]  # greedy: every round alike
                     outputs[f"ours {m} {e} b{b}"] = got[0]["outputs"]
                     rows.append((m, b, e, v, o))
     ar = outputs[f"ours ar {engines[0]} b1"]
@@ -163,6 +168,15 @@ def main() -> int:
         if method == "eagle3" and abs(v["alpha"] / o["alpha"] - 1) > 0.02:
             print(f"  alpha differs by {100 * abs(v['alpha'] / o['alpha'] - 1):.1f} % (> 2 %): a bug in one engine")
             ok = False
+        if method == "eagle3":  # one definition of per-position acceptance in both backends (summary.py, metrics.py)
+            vp, op = v.get("acceptance_by_position") or [], o["acceptance_by_position"]
+            gap = max((abs(x - y) for x, y in zip(vp, op, strict=False)), default=None)
+            print(f"  acceptance by position: vLLM {[round(x, 3) for x in vp]}, ours {[round(x, 3) for x in op]}"
+                  + (f" (largest gap {gap:.3f})" if gap is not None else " (vLLM gave none)"))  # fmt: skip
+            table[-1].update(vllm_acceptance_by_position=vp, ours_acceptance_by_position=op)
+            if gap is None or gap > 0.02 or len(vp) != len(op):
+                print("  per-position acceptance differs by more than 0.02 (or in length): a bug in one engine")
+                ok = False
     agree = sum(x == y for x, y in zip(outputs["vllm"], ar, strict=True))
     print(f"greedy AR outputs equal in both engines: {agree}/{len(ar)} prompts")
     if "compiled" in engines:

@@ -34,9 +34,9 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "demo", "engines", "fig1a", "gamma_protocol", "gto", "moespec", "moespec_deepseek", "moespec_gptoss",
-        "moespec_qwen3", "overlap_e2e", "overlap_e2e_tiny", "predictor", "table1", "table10", "table11_12", "table4",
-        "table5", "table6_7", "table8", "table9", "tiny_repro", "traces",
+        "demo", "engines", "fig1a", "gamma_protocol", "gto", "moe_methods", "moespec", "moespec_deepseek",
+        "moespec_gptoss", "moespec_qwen3", "overlap_e2e", "overlap_e2e_tiny", "predictor", "table1", "table10",
+        "table11_12", "table4", "table5", "table6_7", "table8", "table9", "tiny_repro", "traces",
     ]  # fmt: skip
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)

@@ -50,7 +50,7 @@ def pvalue(counts, expected):
     return chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue
 
 
-def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS, engine="eager"):
+def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS, engine="eager", **method):
     counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
     multi = 0
     for seed in range(runs):
@@ -67,6 +67,7 @@ def sample_counts(target, ids, drafter, temperature, top_p, runs=RUNS, engine="e
             seed=seed,
             eos_token_id=[],
             engine=engine,
+            **method,
         )
         a, b = res.tokens[1:3]  # both decided by the first SD step
         counts[a * VOCAB + b] += 1
@@ -103,6 +104,21 @@ def test_compiled_sd_sampling_matches_target(small_vocab):
     expected = exact_joint(target, ids, 1.0, 1.0) * RUNS
     prepared = prepare(target, gamma=5, max_len=128)
     counts, multi = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0, engine=prepared)
+    assert multi > RUNS // 10
+    assert pvalue(counts, expected) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("selector", ["evict", "cascade", "ecospec_adaptive"])
+def test_cost_model_methods_sample_the_target(small_vocab, selector):
+    """The methods that truncate blocks or pause drafting by the verify-cost profile keep the target's distribution
+    (a profile with a large per-step overhead, so that they speculate on most steps)."""
+    from test_adaptive_methods import CHEAP
+
+    target, draft, ids = small_vocab
+    expected = exact_joint(target, ids, 1.0, 1.0) * RUNS
+    method = dict(selector=selector, profile=CHEAP, predictor="oracle" if selector == "ecospec_adaptive" else None)
+    counts, multi = sample_counts(target, ids, DraftModelDrafter(draft), 1.0, 1.0, **method)
     assert multi > RUNS // 10
     assert pvalue(counts, expected) > 1e-3
 

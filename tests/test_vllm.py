@@ -169,3 +169,29 @@ def test_sigterm_to_a_running_cell_stops_its_servers(checkpoint, tmp_path):
     while time.monotonic() < deadline and _server_pids(marker):
         time.sleep(0.5)
     assert not _server_pids(marker), out[-2000:]
+
+
+def test_per_position_acceptance_has_one_definition_in_both_backends(tmp_path):
+    """The same chain (the embedded default's target and EAGLE-3 head, 3 draft tokens, greedy, fp32, batch 1, the
+    same prompts) in vLLM (its counters) and in ours (`eagle3_chain`, our steps): one per-position acceptance, equal
+    within 0.02 at every position (a trained head: the drafts are accepted often enough for that to mean much)."""
+    from ecospec.experiment.cell import run_cell
+    from ecospec.experiment.vllm_cell import run_vllm_cell
+    from ecospec.tiny.build import paths
+
+    dirs = paths()
+
+    def cfg(*overrides):
+        d = _cell_cfg(dirs["target"], tmp_path, "batch_size=1", "gamma=4", *overrides)
+        d["max_new_tokens"] = 32
+        d["model"].update(target=str(dirs["target"] / "model"), chat_template=False)
+        d["model"]["drafters"]["eagle3"] = {"path": str(dirs["drafter"] / "head"), "layout": "speculators"}
+        return d
+
+    theirs = run_vllm_cell(cfg("method=eagle3"), tmp_path / "vllm")
+    assert theirs["status"] == "ok", theirs.get("traceback")
+    ours = run_cell(cfg("method=eagle3_chain", "backend=hf"), tmp_path / "ours")
+    assert ours["status"] == "ok", ours.get("traceback")
+    a, b = theirs["summary"]["acceptance_by_position"], ours["summary"]["acceptance_by_position"]
+    assert len(a) == len(b) == 3 and max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 0.02, (a, b)
+    assert a[0] > 0.3, f"the head's first draft is accepted at {a[0]:.2f}: the comparison checks little"

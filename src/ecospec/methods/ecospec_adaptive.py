@@ -38,10 +38,9 @@ class AdaptiveSession(Session):
     def _could_pay(self, depth: int) -> bool:
         """Whether a step drafting `depth` levels beats an AR step when all `depth` drafted tokens on its path are
         accepted (the best case: its other nodes add time, not tokens)."""
-        cost = self.cost
-        seconds = cost.t_step(drafted_seconds(cost, depth, "tree", predictor=self.predicting), min(depth, self.gamma
-                              - 1) + 1)  # fmt: skip
-        return (1 + min(depth, self.gamma - 1)) * cost.ar_step_s > seconds
+        cost, path = self.cost, min(depth, self.gamma - 1)
+        drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
+        return (1 + path) * cost.ar_step_s > cost.t_step(drafted, path + 1)
 
     @property
     def block_sizes(self) -> tuple[int, ...]:

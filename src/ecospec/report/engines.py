@@ -8,7 +8,8 @@ goes?
 `make tables` writes the same table wherever its records hold compiled cells; the
 paper's tables take the eager cells only (the regime the paper measured).
 
-Columns: speedup (over the same engine's AR, interleaved in the job) with its interval, α, E, T_verify (ms per
+Columns: speedup (over the same engine's AR, interleaved in the job) with its interval, α, acceptance by position
+(averaged over the benchmarks), E, T_verify (ms per
 verify pass), T_draft / T_AR (the draft tree's time over an AR step of the same engine), T_pred / T_verify (the
 expert predictor's time over the verify pass), then each benchmark's speedup.
 """
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.report.compare import change, mean_interval, ratio_interval
-from ecospec.report.records import load_records
+from ecospec.report.records import load_records, mean_positions
 
 METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
 
@@ -39,7 +40,8 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     f = f.drop_duplicates(["engine", "method", "dataset"], keep="last")
     return pd.DataFrame({
         "engine": f["engine"], "method": f["method"], "dataset": f["dataset"], "speedup": f["speedup"],
-        "alpha": f["alpha"], "E": f["E"], "t_verify_ms": 1e3 * f["t_verify_s"],
+        "alpha": f["alpha"], "positions": f["acceptance_by_position"], "E": f["E"],
+        "t_verify_ms": 1e3 * f["t_verify_s"],
         "draft_over_ar": f["t_draft_s"] / f["ar_t_step_s"], "pred_over_verify": f["t_pred_s"] / f["t_verify_s"],
         "intervals": f["intervals"], "compile_s": f["compile_s"],
     }).reset_index(drop=True)  # fmt: skip
@@ -54,7 +56,8 @@ def table(df: pd.DataFrame) -> str:
     per = df.groupby(["engine", "method"])["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist()))
     df = df[df["dataset"].isin(common)]
-    head = ["Engine", "Method", "Speedup", "α", "E", "T_verify ms", "T_draft / T_AR", "T_pred / T_verify", *common]
+    head = ["Engine", "Method", "Speedup", "α", "acceptance by position", "E", "T_verify ms", "T_draft / T_AR",
+            "T_pred / T_verify", *common]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by = {k: g.set_index("dataset").loc[common] for k, g in df.groupby(["engine", "method"])}
     for engine in ("eager", "compiled"):
@@ -64,8 +67,9 @@ def table(df: pd.DataFrame) -> str:
                 continue
             iv = mean_interval([r for _, r in g.iterrows()], "speedup")
             per_bench = [f"{r.speedup:.2f}×{_interval(_cell_iv(r))}" for _, r in g.iterrows()]
+            pos = "/".join(f"{a:.2f}" for a in mean_positions(g.positions))
             lines.append(f"| {engine} | {label} | {g.speedup.mean():.2f}×{_interval(iv)} | {g.alpha.mean():.2f} | "
-                         f"{g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
+                         f"{pos} | {g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
                          f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |")  # fmt: skip
         a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
         if a is not None and b is not None:
@@ -76,7 +80,7 @@ def table(df: pd.DataFrame) -> str:
                 est = r["estimate"] if r else a[metric].mean() / b[metric].mean()
                 out.append(change(est, r and r["low"], r and r["high"]))
             bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
-            lines.append(f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | {out[2]} | | | | "
+            lines.append(f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | | {out[2]} | | | | "
                          + " | ".join(bench) + " |")  # fmt: skip
     compile_s = df.groupby("engine")["compile_s"].apply(lambda x: [v for v in x if v is not None and not np.isnan(v)])
     note = ""

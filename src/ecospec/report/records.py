@@ -42,13 +42,13 @@ SUMMARY = (
     "predictor_accuracy", "top_k", "num_experts", "num_moe_layers", "rho", "passes",
     "ar_experts_per_layer", "budget_error_rate", "first_divergence", "loglik_per_token", "ar_loglik_per_token",
     "ar_source", "tpot_s", "ttft_s", "ar_tpot_s", "ar_ttft_s", "acceptance_by_position", "requests",
-    "clock", "intervals",
+    "clock", "intervals", "mean_block", "speculating",
 )  # fmt: skip
 COLUMNS = (
     "experiment", "cell", "cell_id", "path", "status", "finished", "model", "method", "dataset", *AXES,
     "model_gamma", "batch_buffer", "budget_policy", "selector", "drafter", "drafter_path", "predictor_checkpoint",
     "hardware", "device", "backend", "backend_tp", "engine", "compile_s", "quantization", "alpha", "E",
-    *SUMMARY[1:], "expert_load", "trace", "routes",
+    *SUMMARY[1:], "expert_load", "trace", "routes", "profile",
 )  # fmt: skip
 # top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
 # more spaces, and JSON strings hold no raw newline, so these match nowhere else)
@@ -189,6 +189,7 @@ def _row(rec: dict, path: Path) -> dict:
         "expert_load": rec.get("expert_load") if ok else None,
         "trace": (rec.get("trace") or None) if ok else None,
         "routes": (rec.get("routes") or None) if ok else None,
+        "profile": rec.get("profile"),  # the verify-cost profile a cost-model method priced with ({key, hash})
     }
     if isinstance(row["expert_load"], list):  # a record given as a dict rather than read from a file
         row["expert_load"] = np.asarray(row["expert_load"], dtype=np.int64) if row["expert_load"] else None
@@ -209,7 +210,7 @@ def find_files(dirs: Iterable[str | Path]) -> list[Path]:
 NUMERIC = ("temperature", "top_p", "alpha", "E", "t_pred_s", "t_draft_s", "t_select_s", "t_verify_s", "t_step_s",
            "tokens_per_s", "ar_tokens_per_s", "ar_t_step_s", "speedup", "matches_ar", "hbm_bytes_per_verify",
            "predictor_accuracy", "rho", "ar_experts_per_layer", "tpot_s", "ttft_s", "ar_tpot_s",
-           "ar_ttft_s")  # fmt: skip
+           "ar_ttft_s", "mean_block", "speculating")  # fmt: skip
 
 
 def frame_of(rows: list[dict]) -> pd.DataFrame:
@@ -310,3 +311,12 @@ def model_costs(model_configs: dict[str, dict], storages: dict[str, dict] | None
                 f"model {name}: cannot count its parameters ({e}); left out of Table 13 and modeled.md", stacklevel=2
             )
     return out
+
+
+def mean_positions(values, depth: int = 5) -> list[float]:
+    """Per-position acceptance averaged over cells (`summary.acceptance_by_position` lists; a position a cell never
+    drafted is absent from its mean), at most `depth` positions."""
+    rows = [r for r in values if isinstance(r, list) and r]
+    if not rows:
+        return []
+    return [float(np.mean([r[i] for r in rows if len(r) > i])) for i in range(min(depth, max(map(len, rows))))]
