@@ -10,8 +10,13 @@ tokens per second is verified; none makes the step an AR step. Three more decisi
 - it drafts only depths that could beat an AR step if every drafted token were accepted (none: it never drafts),
   and the next step drafts the depth whose subtree of this step's tree had the best rate (one deeper when the
   deepest drafted was best, up to the configured depth);
-- when even the best rate is below an AR step's, the next steps draft nothing (`FIRST_SKIP`, then `GROWTH` times
-  as many ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay."""
+- when the best rate, both this step's and its average over the prompt's drafting steps (an exponential average,
+  half each step), is below an AR step's, the next steps draft nothing (`FIRST_SKIP`, then `GROWTH` times as many
+  ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay.
+The expected tokens are 1 + the sum of c_d x P over the verified nodes, c_d the prompt's own calibration at the node's
+depth d so far: how often its speculative steps' accepted paths reached depth d over the P they put there (`PRIOR`
+steps of trust in P to start). The drafter's P is fitted to greedy acceptance over all depths; deep nodes and
+sampling accept less, and c_d learns how much less."""
 
 from ecospec.methods import Candidates, MethodSpec, register
 from ecospec.methods._greedy import greedy_buffered, picks_static
@@ -19,13 +24,16 @@ from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
 from ecospec.methods._session import Session
 from ecospec.selection import candidates
 
-FIRST_SKIP, GROWTH, MAX_SKIP = 4, 4, 64  # steps that draft nothing after a step that did not pay, and their growth
+FIRST_SKIP, GROWTH, MAX_SKIP = 8, 8, 64  # steps that draft nothing after a step that did not pay, and their growth
+PRIOR = 2.0  # the calibration at each depth starts from this much expected acceptance, accepted as expected
 
 
 class AdaptiveSession(Session):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.skip, self.skip_left, self.next_depth = FIRST_SKIP, 0, self.depth
+        self.skip, self.skip_left, self.next_depth, self.rate = FIRST_SKIP, 0, self.depth, None
+        # the calibration's sums per depth (index d - 1), and this step's P per depth
+        self.expected, self.reached, self.pending = [PRIOR] * self.depth, [PRIOR] * self.depth, [0.0] * self.depth
         cost = self.cost  # None when asked only for its shapes
         if cost is None:
             self.predicting, self.depths = True, tuple(range(1, self.depth + 1))
@@ -68,15 +76,26 @@ class AdaptiveSession(Session):
         drawn = max(tree.depths)
         rates = {d: self._best(c, budget, d) for d in range(1, drawn + 1)}
         order, n, rate = rates[drawn]
+        self.pending = [sum(c.probs[i] for i in order[:n] if c.depth[i] == d) for d in range(1, self.depth + 1)]
         feasible = [d for d in rates if d in self.depths] or [drawn]
         best = max(feasible, key=lambda d: (rates[d][2], -d))
         deeper = [d for d in self.depths if d > drawn]
         self.next_depth = deeper[0] if best == drawn and deeper else best
-        if max(r for _, _, r in rates.values()) * self.cost.ar_step_s < 1.0:  # slower than AR at every depth
+        best_rate = max(r for _, _, r in rates.values())
+        self.rate = best_rate if self.rate is None else (self.rate + best_rate) / 2
+        if max(self.rate, best_rate) * self.cost.ar_step_s < 1.0:  # slower than AR at every depth, now and lately
             self.skip_left, self.skip = self.skip, min(GROWTH * self.skip, MAX_SKIP)
         else:
             self.skip = FIRST_SKIP
         return sorted(order[:n])
+
+    def observe(self, accepted: int, verified: int) -> None:
+        if verified > 1:  # a speculative step: where its P expected the accepted path to reach, and where it did
+            for d in range(self.depth):
+                if self.pending[d]:
+                    self.expected[d] += self.pending[d]
+                    self.reached[d] += accepted - 1 > d
+        self.pending = [0.0] * self.depth
 
     def _best(self, c: Candidates, budget: int, depth: int) -> tuple[list[int], int, float]:
         """(the pick order, its best prefix, that prefix's rate) of the subtree of `c` down to `depth`, priced as
@@ -91,7 +110,8 @@ class AdaptiveSession(Session):
         else:
             order = picks_static(sub, sub.probs, budget)
             seconds = [cost.t_step(drafted, n + 1) for n in range(len(order) + 1)]
-        n, rate = best_prefix([c.probs[i] for i in order], seconds)
+        calib = [r / e for r, e in zip(self.reached, self.expected, strict=True)]
+        n, rate = best_prefix([calib[c.depth[i] - 1] * c.probs[i] for i in order], seconds)
         return order, n, rate
 
 
