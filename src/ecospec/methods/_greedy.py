@@ -14,6 +14,12 @@ def greedy_static(c: Candidates, scores: Sequence[float], budget: int) -> list[i
     return sorted(picks_static(c, scores, budget))
 
 
+def by_probability(c: Candidates, budget: int) -> list[int]:
+    """The `budget` nodes of largest P, frontier-greedy (EAGLE's confidence rerank; every method that verifies what a
+    chain or a tree offers by P alone)."""
+    return greedy_static(c, c.probs, budget)
+
+
 def picks_static(c: Candidates, scores: Sequence[float], budget: int) -> list[int]:
     """`greedy_static`'s picks in the order it makes them: every prefix of the list is prefix-closed."""
     heap = [(-scores[i], -c.probs[i], c.depth[i], i) for i in c.roots]

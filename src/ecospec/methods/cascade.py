@@ -11,8 +11,8 @@ come from the verify-cost profile for the passes the step ran (K chain head pass
 with the experts a block that size routes to), so two runs decide alike. Phase lengths and the 10 % are the paper's
 as secondary summaries of its full text give them (docs/methods.md)."""
 
-from ecospec.methods import Candidates, MethodSpec, register
-from ecospec.methods._greedy import greedy_static
+from ecospec.methods import MethodSpec, register
+from ecospec.methods._greedy import by_probability
 from ecospec.methods._rate import all_sizes, drafted_seconds
 from ecospec.methods._session import Session
 
@@ -95,9 +95,6 @@ class CascadeSession(Session):
         return nxt if 1 <= nxt <= self.gamma - 1 and nxt not in tried else None
 
 
-def rule(c: Candidates, budget: int) -> list[int]:
-    return greedy_static(c, c.probs, budget)
-
-
 SPEC = register(MethodSpec(name="cascade", label="Cascade", colour="tab:pink", role="cascade", predictor=None,
-                           buffered=False, rule=rule, order=33, cost_model=True, session=CascadeSession))  # fmt: skip
+                           buffered=False, rule=by_probability, order=33, cost_model=True,
+                           session=CascadeSession))  # fmt: skip

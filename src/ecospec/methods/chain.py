@@ -2,8 +2,8 @@
 speculative decoding as vLLM, SGLang and MLPerf's GPT-OSS-120B interactive scenario deploy it (not the top-1 path
 picked from the usual tree: the head drafts only the chain)."""
 
-from ecospec.methods import Candidates, MethodSpec, register
-from ecospec.methods._greedy import greedy_static
+from ecospec.methods import MethodSpec, register
+from ecospec.methods._greedy import by_probability
 from ecospec.methods._session import Session
 
 
@@ -16,9 +16,5 @@ class ChainSession(Session):
         return self.draft_shape
 
 
-def rule(c: Candidates, budget: int) -> list[int]:
-    return greedy_static(c, c.probs, budget)
-
-
 SPEC = register(MethodSpec(name="chain", label="Chain", colour="tab:olive", role="chain", predictor=None,
-                           buffered=False, rule=rule, session=ChainSession, order=15))  # fmt: skip
+                           buffered=False, rule=by_probability, session=ChainSession, order=15))  # fmt: skip

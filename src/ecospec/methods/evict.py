@@ -7,8 +7,8 @@ expectation: EVICT has no expert predictor). n = 0 makes the step an AR step. Th
 took from the abstract and from secondary summaries of the full text (which was not reachable): see
 docs/methods.md."""
 
-from ecospec.methods import Candidates, MethodSpec, register
-from ecospec.methods._greedy import greedy_static, picks_static
+from ecospec.methods import MethodSpec, register
+from ecospec.methods._greedy import by_probability, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
 from ecospec.methods._session import Session
 from ecospec.selection import candidates
@@ -28,10 +28,6 @@ class EvictSession(Session):
         return sorted(order[:n])
 
 
-def rule(c: Candidates, budget: int) -> list[int]:
-    """Without a profile (the public `select`): the best-first order's first `budget` nodes."""
-    return greedy_static(c, c.probs, budget)
-
-
 SPEC = register(MethodSpec(name="evict", label="EVICT", colour="tab:purple", role="evict", predictor=None,
-                           buffered=False, rule=rule, order=32, cost_model=True, session=EvictSession))  # fmt: skip
+                           buffered=False, rule=by_probability, order=32, cost_model=True,
+                           session=EvictSession))  # fmt: skip

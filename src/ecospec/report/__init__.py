@@ -126,5 +126,12 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
 
         (out / "engines.md").write_text(engines_table(from_frame(recs.frame)))
         written.append(out / "engines.md")
+    adaptive = recs.frame["method"].isin(["evict", "cascade", "ecospec_adaptive"]) & (recs.frame["status"] == "ok")
+    if adaptive.any():  # experiment=moe_methods
+        from ecospec.report.moe_methods import from_frame as moe_frame
+        from ecospec.report.moe_methods import report as moe_report
+
+        (out / "moe_methods.md").write_text(moe_report(moe_frame(recs.frame)))
+        written.append(out / "moe_methods.md")
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
     return written

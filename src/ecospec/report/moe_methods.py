@@ -30,10 +30,13 @@ FLOOR = 0.95  # the adaptive methods' goal against AR on every benchmark
 
 
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest ok record of each (engine, temperature, method, benchmark) of METHODS in `frame`."""
+    """The newest ok record of each (engine, temperature, method, benchmark) of METHODS in `frame`, from the newest
+    experiment that ran a cost-model method (`make tables` reads every experiment; the table compares one run)."""
     f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
-    if f.empty:
+    adaptive = f[f["method"].isin(ADAPTIVE)].sort_values("finished")
+    if adaptive.empty:
         raise ValueError("no ok records of the moe_methods methods (run python run.py -m experiment=moe_methods)")
+    f = f[f["experiment"] == adaptive["experiment"].iloc[-1]]
     f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "dataset"], keep="last")
     return f.reset_index(drop=True)
 
