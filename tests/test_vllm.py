@@ -190,7 +190,7 @@ def test_per_position_acceptance_has_one_definition_in_both_backends(tmp_path):
 
     theirs = run_vllm_cell(cfg("method=eagle3"), tmp_path / "vllm")
     assert theirs["status"] == "ok", theirs.get("traceback")
-    ours = run_cell(cfg("method=eagle3_chain", "backend=hf"), tmp_path / "ours")
+    ours = run_cell(dict(cfg("method=eagle3_chain"), backend={"name": "hf"}), tmp_path / "ours")
     assert ours["status"] == "ok", ours.get("traceback")
     a, b = theirs["summary"]["acceptance_by_position"], ours["summary"]["acceptance_by_position"]
     assert len(a) == len(b) == 3 and max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 0.02, (a, b)
