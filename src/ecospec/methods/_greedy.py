@@ -35,20 +35,27 @@ def picks_static(c: Candidates, scores: Sequence[float], budget: int) -> list[in
 
 def greedy_buffered(c: Candidates, budget: int) -> list[int]:
     """EcoSpec Alg. 1: frontier-greedy by P / (|E_traj \\ B| + eps), B absorbing each pick's E_traj."""
-    frontier = list(c.roots)
-    buf, out = c.buffer, []
-    for _ in range(budget):
+    return sorted(picks_buffered(c, budget, c.eps, 1.0)[0])
+
+
+def picks_buffered(c: Candidates, budget: int, fixed: float, per_expert: float) -> tuple[list[int], list[int]]:
+    """(picks in order, the buffer B before the first pick and after each): frontier-greedy by
+    P / (fixed + per_expert * |E_traj(i) \\ B|), B absorbing each pick's E_traj; ties to larger P, smaller depth,
+    smaller index. EcoSpec's rule is fixed = eps, per_expert = 1; its priced form (`ecospec_adaptive`) prices a token
+    and an expert in seconds."""
+    frontier, buf = list(c.roots), c.buffer
+    out, buffers = [], [buf]
+    while frontier and len(out) < budget:
         notbuf = ~buf
-        best = -1
-        best_key: tuple[float, float, int, int] | None = None
+        best, best_key = -1, None
         for i in frontier:
             pr = c.probs[i]
-            key = (pr / ((c.traj[i] & notbuf).bit_count() + c.eps), pr, -c.depth[i], -i)
+            key = (pr / (fixed + per_expert * (c.traj[i] & notbuf).bit_count()), pr, -c.depth[i], -i)
             if best_key is None or key > best_key:
                 best, best_key = i, key
         frontier.remove(best)
         frontier.extend(c.children[best])
         buf |= c.traj[best]
         out.append(best)
-    out.sort()
-    return out
+        buffers.append(buf)
+    return out, buffers

@@ -19,7 +19,7 @@ steps of trust in P to start). The drafter's P is fitted to greedy acceptance ov
 sampling accept less, and c_d learns how much less."""
 
 from ecospec.methods import Candidates, MethodSpec, register
-from ecospec.methods._greedy import greedy_buffered, picks_static
+from ecospec.methods._greedy import greedy_buffered, picks_buffered, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
 from ecospec.methods._session import Session
 from ecospec.selection import candidates
@@ -105,7 +105,7 @@ class AdaptiveSession(Session):
                          c.children], c.traj, c.buffer, c.eps)  # fmt: skip
         drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
         if self.predicting:
-            order, buffers = priced_picks(sub, budget, cost.per_token_s, cost.per_expert_layer_s)
+            order, buffers = picks_buffered(sub, budget, cost.per_token_s, cost.per_expert_layer_s)
             seconds = [cost.t_step(drafted, n + 1, b.bit_count() / cost.layers) for n, b in enumerate(buffers)]
         else:
             order = picks_static(sub, sub.probs, budget)
@@ -113,28 +113,6 @@ class AdaptiveSession(Session):
         calib = [r / e for r, e in zip(self.reached, self.expected, strict=True)]
         n, rate = best_prefix([calib[c.depth[i] - 1] * c.probs[i] for i in order], seconds)
         return order, n, rate
-
-
-def priced_picks(c: Candidates, budget: int, token_s: float, expert_s: float) -> tuple[list[int], list[int]]:
-    """(picks in order, the buffer before the first pick and after each): frontier-greedy by
-    P / (token_s + expert_s * |E_traj(i) \\ B|), B absorbing each pick's E_traj; ties to larger P, smaller depth,
-    smaller index. Stops when the frontier is empty."""
-    frontier, buf = list(c.roots), c.buffer
-    out, buffers = [], [buf]
-    while frontier and len(out) < budget:
-        notbuf = ~buf
-        best, best_key = -1, None
-        for i in frontier:
-            pr = c.probs[i]
-            key = (pr / (token_s + expert_s * (c.traj[i] & notbuf).bit_count()), pr, -c.depth[i], -i)
-            if best_key is None or key > best_key:
-                best, best_key = i, key
-        frontier.remove(best)
-        frontier.extend(c.children[best])
-        buf |= c.traj[best]
-        out.append(best)
-        buffers.append(buf)
-    return out, buffers
 
 
 SPEC = register(MethodSpec(name="ecospec_adaptive", label="EcoSpec-Adaptive", colour="tab:brown",
