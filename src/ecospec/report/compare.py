@@ -94,3 +94,14 @@ def change(est: float, low: float | None = None, high: float | None = None) -> s
     if low is None or high is None:
         return f"{sign(est)} %"
     return f"{sign(est)} % [{sign(low)}, {sign(high)}]" + (" ≈" if low <= 1 <= high else "")
+
+
+def cell_interval(cell: pd.Series, metric: str = "speedup") -> tuple[float, float] | None:
+    """(low, high) of a cell's own interval of `metric` as its record holds it, or None."""
+    iv = cell.intervals.get(metric) if isinstance(cell.intervals, dict) else None
+    return (iv["low"], iv["high"]) if iv else None
+
+
+def bracket(iv: tuple[float, float] | None) -> str:
+    """An interval as the tables print it after its estimate, ' [1.21, 1.55]' ('' without one)."""
+    return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""

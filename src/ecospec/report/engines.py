@@ -16,14 +16,11 @@ expert predictor's time over the verify pass), then each benchmark's speedup.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from ecospec.report.compare import change, mean_interval, ratio_interval
-from ecospec.report.records import load_records, mean_positions
+from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
+from ecospec.report.records import mean_positions, render_cli
 
 METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
 
@@ -47,10 +44,6 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     }).reset_index(drop=True)  # fmt: skip
 
 
-def _interval(iv) -> str:
-    return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
-
-
 def table(df: pd.DataFrame) -> str:
     """The Markdown table (see the module docstring)."""
     per = df.groupby(["engine", "method"])["dataset"].apply(set)
@@ -66,9 +59,9 @@ def table(df: pd.DataFrame) -> str:
             if g is None:
                 continue
             iv = mean_interval([r for _, r in g.iterrows()], "speedup")
-            per_bench = [f"{r.speedup:.2f}×{_interval(_cell_iv(r))}" for _, r in g.iterrows()]
+            per_bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
             pos = "/".join(f"{a:.2f}" for a in mean_positions(g.positions))
-            lines.append(f"| {engine} | {label} | {g.speedup.mean():.2f}×{_interval(iv)} | {g.alpha.mean():.2f} | "
+            lines.append(f"| {engine} | {label} | {g.speedup.mean():.2f}×{bracket(iv)} | {g.alpha.mean():.2f} | "
                          f"{pos} | {g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
                          f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |")  # fmt: skip
         a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
@@ -92,22 +85,15 @@ def table(df: pd.DataFrame) -> str:
     return "\n".join(lines) + note + "\n"
 
 
-def _cell_iv(row):
-    iv = row.intervals.get("speedup") if isinstance(row.intervals, dict) else None
-    return (iv["low"], iv["high"]) if iv else None
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ecospec.report.engines", description=__doc__.split("\n\n")[0])
-    p.add_argument("--records", type=Path, default=Path("experiments/engines"))
-    p.add_argument("--out", type=Path, default=None, help="write engines.md there (else print)")
-    a = p.parse_args(argv)
-    text = table(from_frame(load_records([a.records]).frame))
-    if a.out:
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "engines.md").write_text(text)
-    print(text)
-    return 0
+    return render_cli(
+        "python -m ecospec.report.engines",
+        __doc__,
+        "experiments/engines",
+        "engines.md",
+        lambda frame: table(from_frame(frame)),
+        argv,
+    )
 
 
 if __name__ == "__main__":

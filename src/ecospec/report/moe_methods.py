@@ -13,13 +13,10 @@ the profile's AR step.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import pandas as pd
 
-from ecospec.report.compare import change, mean_interval, ratio_interval
-from ecospec.report.records import load_records, mean_positions
+from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
+from ecospec.report.records import mean_positions, render_cli
 
 METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive")
 LABELS = {"eagle3": "EAGLE-3 tree", "eagle3_chain": "EAGLE-3 chain", "ecospec": "EcoSpec", "evict": "EVICT",
@@ -39,15 +36,6 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     f = f[f["experiment"] == adaptive["experiment"].iloc[-1]]
     f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "dataset"], keep="last")
     return f.reset_index(drop=True)
-
-
-def _iv(iv) -> str:
-    return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
-
-
-def _cell_iv(row) -> tuple[float, float] | None:
-    iv = row.intervals.get("speedup") if isinstance(row.intervals, dict) else None
-    return (iv["low"], iv["high"]) if iv else None
 
 
 def _exact(g: pd.DataFrame) -> str:
@@ -77,7 +65,7 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
         cells = [r for _, r in g.iterrows()]
         iv = mean_interval(cells, "speedup")
         facts["speedup"][m] = (float(g.speedup.mean()), iv)
-        facts["bench"][m] = {d: (float(r.speedup), _cell_iv(r)) for d, r in g.iterrows()}
+        facts["bench"][m] = {d: (float(r.speedup), cell_interval(r)) for d, r in g.iterrows()}
         facts["exact"][m] = bool((g["matches_ar"].fillna(-1) == 1).all()) if temperature == 0 else None
         vs = ""
         if base is not None and m != "eagle3":
@@ -85,8 +73,8 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
             facts["vs"][m] = r
             vs = change(r["estimate"], r["low"], r["high"]) if r else change(g.speedup.mean() / base.speedup.mean())
         pos = "/".join(f"{a:.2f}" for a in mean_positions(g["acceptance_by_position"]))
-        bench = [f"{r.speedup:.2f}×{_iv(_cell_iv(r))}" for _, r in g.iterrows()]
-        lines.append(f"| {LABELS[m]} | {g.speedup.mean():.2f}×{_iv(iv)} | " + " | ".join(bench) + f" | {vs} | "
+        bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
+        lines.append(f"| {LABELS[m]} | {g.speedup.mean():.2f}×{bracket(iv)} | " + " | ".join(bench) + f" | {vs} | "
                      f"{g.alpha.mean():.2f} | {g.E.mean():.1f} | {pos} | {1e3 * g.t_verify_s.mean():.2f} | "
                      f"{g.speculating.mean():.0%} | {g.mean_block.mean():.2f} | {_exact(g)} |")  # fmt: skip
     facts["positions"] = {m: mean_positions(g["acceptance_by_position"]) for m, g in by.items()}
@@ -230,16 +218,14 @@ def report(df: pd.DataFrame, gamma: int = 6) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ecospec.report.moe_methods", description=__doc__.split("\n\n")[0])
-    p.add_argument("--records", type=Path, default=Path("experiments/moe_methods"))
-    p.add_argument("--out", type=Path, default=None, help="write moe_methods.md there (else print)")
-    a = p.parse_args(argv)
-    text = report(from_frame(load_records([a.records]).frame))
-    if a.out:
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "moe_methods.md").write_text(text)
-    print(text)
-    return 0
+    return render_cli(
+        "python -m ecospec.report.moe_methods",
+        __doc__,
+        "experiments/moe_methods",
+        "moe_methods.md",
+        lambda frame: report(from_frame(frame)),
+        argv,
+    )
 
 
 if __name__ == "__main__":
