@@ -92,25 +92,27 @@ def _run(copy: Path, out: Path, *overrides: str) -> dict:
     return json.loads(next(out.rglob("result.json")).read_text())
 
 
-def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
+def _with_files(tmp_path, files: dict[str, str]) -> Path:
+    """A copy of the project with `files` (path -> text) added, checked to be the only files added."""
     copy = _copy(tmp_path)
     before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
-    (copy / "src" / "ecospec" / "drafters" / "kind_bigram.py").write_text(TOY_DRAFTER)
-    (copy / "conf" / "method" / "bigram.yaml").write_text(TOY_DRAFTER_YAML)
+    for path, text in files.items():
+        (copy / path).write_text(text)
     added = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()} - before
-    assert added == {Path("src/ecospec/drafters/kind_bigram.py"), Path("conf/method/bigram.yaml")}
+    assert added == {Path(p) for p in files}
+    return copy
+
+
+def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
+    copy = _with_files(tmp_path, {"src/ecospec/drafters/kind_bigram.py": TOY_DRAFTER,
+                                  "conf/method/bigram.yaml": TOY_DRAFTER_YAML})  # fmt: skip
     rec = _run(copy, tmp_path / "exp", "method=bigram", "+model.drafters.bigram={path:null}")
     assert rec["status"] == "ok" and rec["config"]["method"]["drafter"] == "bigram"
     assert rec["summary"]["matches_ar"] == 1.0 and rec["summary"]["alpha"] >= 1.0
 
 
 def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):
-    copy = _copy(tmp_path)
-    before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
-    (copy / "src" / "ecospec" / "methods" / "toy.py").write_text(TOY_METHOD)
-    (copy / "conf" / "method" / "toy.yaml").write_text(TOY_YAML)
-    added = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()} - before
-    assert added == {Path("src/ecospec/methods/toy.py"), Path("conf/method/toy.yaml")}
+    copy = _with_files(tmp_path, {"src/ecospec/methods/toy.py": TOY_METHOD, "conf/method/toy.yaml": TOY_YAML})
     rec = _run(copy, tmp_path / "exp", "method=toy")
     assert rec["status"] == "ok" and rec["config"]["method"]["selector"] == "toy"
     assert rec["summary"]["matches_ar"] == 1.0  # greedy and lossless whatever the rule picks
