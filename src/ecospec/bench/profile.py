@@ -27,6 +27,7 @@ import torch
 from ecospec.analysis.cost import (
     PROFILE_VERSION,
     VerifyProfile,
+    fit_line,
     fit_verify,
     independent_experts,
     load_model_config,
@@ -125,12 +126,9 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
 def fit_steps(steps, per_expert_layer_s: float, layers: int) -> tuple[float, float, float]:
     """(intercept, per token, R²) of the real verify phases `steps` ((tokens, E, seconds) each) as a line in tokens,
     their experts priced at the forced-routing fit's `per_expert_layer_s`."""
-    x = np.array([[1.0, q] for q, _, _ in steps])
-    y = np.array([t - per_expert_layer_s * e * layers for _, e, t in steps])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float(((y - x @ coef) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
-    return float(coef[0]), float(coef[1]), r2
+    repriced = [t - per_expert_layer_s * e * layers for _, e, t in steps]
+    slope, intercept, r2 = fit_line([q for q, _, _ in steps], repriced)
+    return intercept, slope, r2
 
 
 def window_experts(routes: list[torch.Tensor], num_experts: int, sizes) -> dict[str, float]:
