@@ -32,8 +32,16 @@ from ecospec.tiny.release import processor  # noqa: E402
 def run_demo(budget: str, out_dir: Path) -> dict:
     """One demo on build `budget` in a fresh process; its record's summary, with the build's cache identity."""
     name = f"across-{budget}"
-    cmd = [sys.executable, "run.py", "experiment=demo", f"model.budget={budget}", "force=true", f"name={name}",
-           f"out_dir={out_dir}", "progress=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "run.py",
+        "experiment=demo",
+        f"model.budget={budget}",
+        "force=true",
+        f"name={name}",
+        f"out_dir={out_dir}",
+        "progress=false",
+    ]
     t0 = time.time()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "ECOSPEC_TINY": ""})
     (path,) = (out_dir / name).glob("*/result.json")
@@ -44,8 +52,11 @@ def run_demo(budget: str, out_dir: Path) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| build | α EAGLE-3 | α EcoSpec | E EAGLE-3 | E EcoSpec | speedup EAGLE-3 | speedup EcoSpec | "
-             "EcoSpec vs EAGLE-3 [95 %] |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| build | α EAGLE-3 | α EcoSpec | E EAGLE-3 | E EcoSpec | speedup EAGLE-3 | speedup EcoSpec | "
+        "EcoSpec vs EAGLE-3 [95 %] |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     ratios = []
     for r in rows:
         e, c = r["methods"]["EAGLE-3"], r["methods"]["EcoSpec"]
@@ -53,13 +64,18 @@ def table(rows: list[dict]) -> str:
         change, noise = pct_interval(iv)
         ratios.append(iv["estimate"] if iv else c["speedup"] / e["speedup"])
         band = lambda m: f"{m['speedup']:.2f}x [{m['speedup_interval'][0]:.2f}, {m['speedup_interval'][1]:.2f}]"  # noqa: E731
-        lines.append(f"| {r['budget']} | {e['alpha']:.2f} | {c['alpha']:.2f} | {e['E']:.2f} | {c['E']:.2f} | "
-                     f"{band(e)} | {band(c)} | {change}{' (within noise)' if noise else ''} |")  # fmt: skip
+        lines.append(
+            f"| {r['budget']} | {e['alpha']:.2f} | {c['alpha']:.2f} | {e['E']:.2f} | {c['E']:.2f} | "
+            f"{band(e)} | {band(c)} | {change}{' (within noise)' if noise else ''} |"
+        )
     mean = sum(ratios) / len(ratios)
     signs = {x > 1 for x in ratios}
-    lines += ["", f"Across the {len(rows)} builds: EcoSpec against EAGLE-3 {100 * (mean - 1):+.1f} % on average, from "
-              f"{100 * (min(ratios) - 1):+.1f} % to {100 * (max(ratios) - 1):+.1f} %; the sign "
-              f"{'holds' if len(signs) == 1 else 'does not hold'} across builds."]  # fmt: skip
+    lines += [
+        "",
+        f"Across the {len(rows)} builds: EcoSpec against EAGLE-3 {100 * (mean - 1):+.1f} % on average, from "
+        f"{100 * (min(ratios) - 1):+.1f} % to {100 * (max(ratios) - 1):+.1f} %; the sign "
+        f"{'holds' if len(signs) == 1 else 'does not hold'} across builds.",
+    ]
     return "\n".join(lines)
 
 
@@ -71,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_demo(b, Path(tmp)) for b in args.budgets]
     text = table(rows)
-    head = (f"# The embedded default's answer across builds\n\n`python benchmarks/across_builds.py` on "
-            f"{processor()}, {os.cpu_count()} cores, one torch thread per demo; {rows[0]['prompts']} held-out prompts "
-            f"x {rows[0]['max_new_tokens']} tokens, greedy, γ = {rows[0]['gamma']}, speedups on "
-            f"{'the decoding thread' + chr(39) + 's CPU time' if rows[0].get('clock') == 'thread_cpu' else 'wall'}"
-            f" (paired bootstrap over prompts). Builds: full = the release (seed 0), full-seed1/2 = the same recipe "
-            "with every stage's seed moved (ecospec.tiny.build.with_seed), trained on this machine.\n")  # fmt: skip
+    head = (
+        f"# The embedded default's answer across builds\n\n`python benchmarks/across_builds.py` on "
+        f"{processor()}, {os.cpu_count()} cores, one torch thread per demo; {rows[0]['prompts']} held-out prompts "
+        f"x {rows[0]['max_new_tokens']} tokens, greedy, γ = {rows[0]['gamma']}, speedups on "
+        f"{'the decoding thread' + chr(39) + 's CPU time' if rows[0].get('clock') == 'thread_cpu' else 'wall'}"
+        f" (paired bootstrap over prompts). Builds: full = the release (seed 0), full-seed1/2 = the same recipe "
+        "with every stage's seed moved (ecospec.tiny.build.with_seed), trained on this machine.\n"
+    )
     print(head + "\n" + text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -108,13 +108,18 @@ def main() -> None:
     print(head)
     results = [{"model": m, **compare(*load(m, a.prompts), a.tokens, a.rounds, a.profile)} for m in a.models.split(",")]
     for r in results:
-        print(f"{r['model']:<16}{r['HF generate tok/s']:>19.1f}{r['ecospec AR tok/s']:>18.1f}{r['ratio']:>7.2f}x  "
-              f"{'yes' if r['same'] else 'NO'}")  # fmt: skip
+        print(
+            f"{r['model']:<16}{r['HF generate tok/s']:>19.1f}{r['ecospec AR tok/s']:>18.1f}{r['ratio']:>7.2f}x  "
+            f"{'yes' if r['same'] else 'NO'}"
+        )
     if a.profile:
         print("\naten ops per new token (inside the target's forward / outside it: the decoder's own work)")
         for r in results:
-            cells = [f"{k.removesuffix(' ops')}: {v.get('inside', 0):.0f} / {v.get('outside', 0):.1f}"
-                     for k, v in r.items() if k.endswith(" ops")]  # fmt: skip
+            cells = [
+                f"{k.removesuffix(' ops')}: {v.get('inside', 0):.0f} / {v.get('outside', 0):.1f}"
+                for k, v in r.items()
+                if k.endswith(" ops")
+            ]
             print(f"{r['model']:<16}" + "   ".join(cells))
     if not all(r["same"] for r in results):
         raise SystemExit("ecospec AR and HF generate disagree on some prompt")

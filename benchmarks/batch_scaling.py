@@ -60,10 +60,15 @@ def measure(target, drafter, predictor, ids, sizes, tokens) -> dict:
             for name, (draft, selector, buffer) in METHODS.items():
                 t0 = time.perf_counter()
                 res = ecospec.generate_batch(
-                    target, batch, drafter=drafter if draft else None, selector=selector,
-                    predictor=predictor if selector == "ecospec" else None, max_new_tokens=tokens, eos_token_id=[],
+                    target,
+                    batch,
+                    drafter=drafter if draft else None,
+                    selector=selector,
+                    predictor=predictor if selector == "ecospec" else None,
+                    max_new_tokens=tokens,
+                    eos_token_id=[],
                     batch_buffer=buffer,
-                )  # fmt: skip
+                )
                 a = acc[name]
                 a["wall"] += time.perf_counter() - t0
                 a["tokens"] += sum(len(r.tokens) for r in res.results)

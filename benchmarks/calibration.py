@@ -31,9 +31,17 @@ from ecospec.tiny.evaluate import heldout_ids, load_components
 
 def decode(target, drafter, predictor, ids, run: dict, tokens: int):
     t0 = time.perf_counter()
-    res = ecospec.generate(target, ids, drafter=drafter if run["selector"] else None, selector=run["selector"] or
-                           "confidence", predictor=predictor if run["selector"] == "ecospec" else None,
-                           gamma=run["gamma"], depth=run["depth"], topk=run["topk"], max_new_tokens=tokens)  # fmt: skip
+    res = ecospec.generate(
+        target,
+        ids,
+        drafter=drafter if run["selector"] else None,
+        selector=run["selector"] or "confidence",
+        predictor=predictor if run["selector"] == "ecospec" else None,
+        gamma=run["gamma"],
+        depth=run["depth"],
+        topk=run["topk"],
+        max_new_tokens=tokens,
+    )
     return res, time.perf_counter() - t0
 
 
@@ -85,21 +93,26 @@ def main() -> int:
     drafter.temperature = t_cal  # the same-states check below drafts as the build does
 
     lines = [f"### Calibration of the embedded default's EAGLE-3 head (draft temperature by depth {t_txt})", ""]
-    lines += [f"{len(prompts)} held-out prompts (HumanEval, GSM8K) x {a.tokens} tokens, chain of {g - 1}, greedy; "
-              f"temperature fitted by the build on train-split prompts (`tiny.calibrate`). Conditional: mean top-1 "
-              f"draft probability vs the rate the target accepts it given its parent was accepted; cumulative: the "
-              f"product along the chain vs the rate the chain is accepted up to that depth (what the confidence "
-              f"selector ranks by). ECE (conditional, 10 bins): {before.ece:.3f} at T = 1, {after.ece:.3f} at "
-              f"T = {t_txt}.", ""]  # fmt: skip
+    lines += [
+        f"{len(prompts)} held-out prompts (HumanEval, GSM8K) x {a.tokens} tokens, chain of {g - 1}, greedy; "
+        f"temperature fitted by the build on train-split prompts (`tiny.calibrate`). Conditional: mean top-1 "
+        f"draft probability vs the rate the target accepts it given its parent was accepted; cumulative: the "
+        f"product along the chain vs the rate the chain is accepted up to that depth (what the confidence "
+        f"selector ranks by). ECE (conditional, 10 bins): {before.ece:.3f} at T = 1, {after.ece:.3f} at "
+        f"T = {t_txt}.",
+        "",
+    ]
     head = (
         "| Depth | Tokens | Confidence T=1 | Confidence calibrated | Acceptance | Cumulative T=1 | "
         "Cumulative calibrated | Cumulative acceptance |"
     )
     lines += [head, "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, d in enumerate(before.depth):
-        lines.append(f"| {d} | {before.count[i]} | {before.confidence[i]:.3f} | {after.confidence[i]:.3f} | "
-                     f"{before.accuracy[i]:.3f} | {before.cum_confidence[i]:.3f} | {after.cum_confidence[i]:.3f} | "
-                     f"{before.cum_accuracy[i]:.3f} |")  # fmt: skip
+        lines.append(
+            f"| {d} | {before.count[i]} | {before.confidence[i]:.3f} | {after.confidence[i]:.3f} | "
+            f"{before.accuracy[i]:.3f} | {before.cum_confidence[i]:.3f} | {after.cum_confidence[i]:.3f} | "
+            f"{before.cum_accuracy[i]:.3f} |"
+        )
     lines += ["", f"γ = {g}, interleaved prompt by prompt, CPU wall clock (one thread):", ""]
     lines += ["| Decoder | α | tokens/s | speedup vs AR | E | same as AR |", "|:--|---:|---:|---:|---:|---:|"]
     ar_tps = stats["AR"]["tokens"] / stats["AR"]["seconds"]
@@ -133,8 +146,10 @@ def main() -> int:
     print(f"wrote {a.out / f'calibration{suffix}.md'} and {figure}")
     ok = result["tree calibrated"] >= result["chain"] and all(s["same"] == len(prompts) for s in stats.values())
     if not ok:
-        print("goal not met: the calibrated confidence tree accepts fewer tokens per step than the chain, or an "
-              "output differs from AR's")  # fmt: skip
+        print(
+            "goal not met: the calibrated confidence tree accepts fewer tokens per step than the chain, or an "
+            "output differs from AR's"
+        )
     return 0 if ok else 1
 
 
@@ -162,8 +177,16 @@ def same_states(target, drafter, prompts, gamma: int, tokens: int) -> dict[str, 
         got = {"chain": 0, "tree": 0}
         steps = 0
         for ids in prompts:
-            res = ecospec.generate(target, ids, drafter=drafter, selector="confidence", gamma=gamma, depth=depth,
-                                   topk=topk, max_new_tokens=tokens)  # fmt: skip
+            res = ecospec.generate(
+                target,
+                ids,
+                drafter=drafter,
+                selector="confidence",
+                gamma=gamma,
+                depth=depth,
+                topk=topk,
+                max_new_tokens=tokens,
+            )
             full, pos = res.tokens, 1
             for st in res.steps:
                 cont = full[pos:]
@@ -177,8 +200,9 @@ def same_states(target, drafter, prompts, gamma: int, tokens: int) -> dict[str, 
                         drafter.reset()
                         lp, ii = drafter.begin(new, feats, k)
                         tree = grow_tree(lp, ii, drafter.expand, d)
-                        got[name] += _accepted(tree, select("confidence", tree.parents, tree.probs, None, gamma - 1,
-                                                            None), cont)  # fmt: skip
+                        got[name] += _accepted(
+                            tree, select("confidence", tree.parents, tree.probs, None, gamma - 1, None), cont
+                        )
                     steps += 1
                 pos += st.accepted
         out[run] = {k: v / steps for k, v in got.items()} | {"steps": steps}

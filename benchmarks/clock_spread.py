@@ -78,9 +78,18 @@ def wait_idle(limit_s: float = 60) -> float:
 
 
 def run_cell(a, out_dir: Path, n: int) -> dict:
-    cmd = [sys.executable, str(ROOT / "run.py"), "model=tiny", f"method={a.method}", f"num_prompts={a.prompts}",
-           f"max_new_tokens={a.tokens}", "force=true", "progress=false", f"out_dir={out_dir}",
-           f"name=clock_spread_{n}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "model=tiny",
+        f"method={a.method}",
+        f"num_prompts={a.prompts}",
+        f"max_new_tokens={a.tokens}",
+        "force=true",
+        "progress=false",
+        f"out_dir={out_dir}",
+        f"name=clock_spread_{n}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"the cell failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -118,13 +127,24 @@ def main() -> int:
                     cv = probe_cv()
                     t0 = time.time()
                     rec = run_cell(a, Path(tmp), n)
-                    runs.append({"load": load, "busy_before": before, "probe_cv": cv, "seconds": time.time() - t0,
-                                 "ar_source": rec["summary"]["ar_source"], **speedups(rec)})  # fmt: skip
+                    runs.append(
+                        {
+                            "load": load,
+                            "busy_before": before,
+                            "probe_cv": cv,
+                            "seconds": time.time() - t0,
+                            "ar_source": rec["summary"]["ar_source"],
+                            **speedups(rec),
+                        }
+                    )
                     n += 1
                     r = runs[-1]
-                    print(f"{load} {len([x for x in runs if x['load'] == load])}/{a.repeats}: cores busy before "
-                          f"{before:.2f}, probe CV {cv:.1%}; speedup wall {r['wall']:.3f}x, thread_cpu "
-                          f"{r['thread_cpu']:.3f}x ({r['seconds']:.0f} s)", flush=True)  # fmt: skip
+                    print(
+                        f"{load} {len([x for x in runs if x['load'] == load])}/{a.repeats}: cores busy before "
+                        f"{before:.2f}, probe CV {cv:.1%}; speedup wall {r['wall']:.3f}x, thread_cpu "
+                        f"{r['thread_cpu']:.3f}x ({r['seconds']:.0f} s)",
+                        flush=True,
+                    )
             finally:
                 if burner is not None:
                     burner.kill()
@@ -140,8 +160,10 @@ def main() -> int:
 
 
 def table(runs: list[dict], a) -> list[str]:
-    cmd = (f"python benchmarks/clock_spread.py --repeats {a.repeats} --prompts {a.prompts} --tokens {a.tokens} "
-           f"--method {a.method}")  # fmt: skip
+    cmd = (
+        f"python benchmarks/clock_spread.py --repeats {a.repeats} --prompts {a.prompts} --tokens {a.tokens} "
+        f"--method {a.method}"
+    )
     out = [
         "### Speedup spread of a repeated cell under each clock",
         "",
@@ -157,14 +179,18 @@ def table(runs: list[dict], a) -> list[str]:
         for load in ("idle", "busy"):
             v = [r[clock] for r in runs if r["load"] == load]
             if v:
-                out.append(f"| {clock} | {load} | {', '.join(f'{x:.3f}' for x in v)} | {sum(v) / len(v):.3f} | "
-                           f"{max(v) / min(v):.3f} |")  # fmt: skip
+                out.append(
+                    f"| {clock} | {load} | {', '.join(f'{x:.3f}' for x in v)} | {sum(v) / len(v):.3f} | "
+                    f"{max(v) / min(v):.3f} |"
+                )
     busy = [r["busy_before"] for r in runs if r["load"] == "idle"]
     out.append("")
-    out.append(f"Cores busy before the idle repeats (/proc/stat, 1 s): {', '.join(f'{b:.2f}' for b in busy)}; "
-               f"AR denominators: {', '.join(sorted({r['ar_source'] for r in runs}))}. The machine's own noise "
-               "before each repeat (CPU-time CV of 20 runs of a fixed 64x64 @ 64x256 matmul loop, one thread): "
-               f"{', '.join(format(r['probe_cv'], '.1%') for r in runs)}.")  # fmt: skip
+    out.append(
+        f"Cores busy before the idle repeats (/proc/stat, 1 s): {', '.join(f'{b:.2f}' for b in busy)}; "
+        f"AR denominators: {', '.join(sorted({r['ar_source'] for r in runs}))}. The machine's own noise "
+        "before each repeat (CPU-time CV of 20 runs of a fixed 64x64 @ 64x256 matmul loop, one thread): "
+        f"{', '.join(format(r['probe_cv'], '.1%') for r in runs)}."
+    )
     return out
 
 

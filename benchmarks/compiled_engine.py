@@ -63,8 +63,13 @@ def main() -> None:
         for method, kw in METHODS.items():
             args = dict(kw)
             if method != "AR":
-                args.update(drafter=drafter, predictor=predictor if method == "EcoSpec" else None, gamma=a.gamma,
-                            depth=DEPTH, topk=TOPK)  # fmt: skip
+                args.update(
+                    drafter=drafter,
+                    predictor=predictor if method == "EcoSpec" else None,
+                    gamma=a.gamma,
+                    depth=DEPTH,
+                    topk=TOPK,
+                )
             outs = {}
             for engine in ("eager", "compiled"):
                 run = engine if engine == "eager" else prepared["AR" if method == "AR" else "SD"]
@@ -77,8 +82,11 @@ def main() -> None:
                         parts[method, engine][part] += getattr(st, part)
                     parts[method, engine]["steps"] += 1
                     parts[method, engine]["experts"] += sum(st.experts) / len(st.experts)
-                passes[engine] += [(sum(st.experts) / len(st.experts), st.t_verify) for st in outs[engine].steps
-                                   if method != "AR" and st.verified == a.gamma]  # fmt: skip
+                passes[engine] += [
+                    (sum(st.experts) / len(st.experts), st.t_verify)
+                    for st in outs[engine].steps
+                    if method != "AR" and st.verified == a.gamma
+                ]
             e, c = outs["eager"], outs["compiled"]
             if e.tokens != c.tokens:
                 j = next(k for k, (x, y) in enumerate(zip(e.tokens, c.tokens, strict=False)) if x != y)
@@ -91,16 +99,25 @@ def main() -> None:
                 same_steps &= [s.accepted for s in e.steps] == [s.accepted for s in c.steps]
     ms = {f"{m} {e}": 1e3 * cpu[m, e] / count[m, e] for m, e in cpu}
     result = {
-        "prompts": a.prompts, "tokens": a.tokens, "gamma": a.gamma, "max_len": max_len,
-        "compile_s": round(compile_s, 1), "ms_per_token": {k: round(v, 3) for k, v in ms.items()},
+        "prompts": a.prompts,
+        "tokens": a.tokens,
+        "gamma": a.gamma,
+        "max_len": max_len,
+        "compile_s": round(compile_s, 1),
+        "ms_per_token": {k: round(v, 3) for k, v in ms.items()},
         "speedup_vs_eager": {m: round(ms[f"{m} eager"] / ms[f"{m} compiled"], 2) for m in METHODS},
-        "sd_vs_ar": {f"{m} {e}": round(ms[f"AR {e}"] / ms[f"{m} {e}"], 2) for m in METHODS if m != "AR"
-                     for e in ("eager", "compiled")},
+        "sd_vs_ar": {
+            f"{m} {e}": round(ms[f"AR {e}"] / ms[f"{m} {e}"], 2)
+            for m in METHODS
+            if m != "AR"
+            for e in ("eager", "compiled")
+        },
         "shares": _shares(parts),
-        "flips": flips, "steps_equal_where_tokens_equal": bool(same_steps),
+        "flips": flips,
+        "steps_equal_where_tokens_equal": bool(same_steps),
         "verify_vs_experts": {e: _line(passes[e]) for e in passes},
         "weights_read": _weights_read(drafter, predictor, parts),
-    }  # fmt: skip
+    }
     print(json.dumps(result, indent=1))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
@@ -116,12 +133,14 @@ def _shares(parts: dict) -> dict:
             continue
         ar = parts["AR", engine]
         t_ar = ar["t_total"] / ar["steps"]
-        out[f"{method} {engine}"] = {"ms_draft": round(1e3 * p["t_draft"] / p["steps"], 3),
-                                     "ms_pred": round(1e3 * p["t_pred"] / p["steps"], 3),
-                                     "ms_verify": round(1e3 * p["t_verify"] / p["steps"], 3),
-                                     "ms_ar_step": round(1e3 * t_ar, 3),
-                                     "draft_over_ar": round(p["t_draft"] / p["steps"] / t_ar, 3),
-                                     "pred_over_verify": round(p["t_pred"] / p["t_verify"], 3)}  # fmt: skip
+        out[f"{method} {engine}"] = {
+            "ms_draft": round(1e3 * p["t_draft"] / p["steps"], 3),
+            "ms_pred": round(1e3 * p["t_pred"] / p["steps"], 3),
+            "ms_verify": round(1e3 * p["t_verify"] / p["steps"], 3),
+            "ms_ar_step": round(1e3 * t_ar, 3),
+            "draft_over_ar": round(p["t_draft"] / p["steps"] / t_ar, 3),
+            "pred_over_verify": round(p["t_pred"] / p["t_verify"], 3),
+        }
     return out
 
 
@@ -137,8 +156,12 @@ def _weights_read(drafter, predictor, parts: dict) -> dict:
     draft = DEPTH * head - (DEPTH - 1) * fc
     pred = size(p for n, p in predictor.named_parameters() if not n.startswith("embed"))
     ar = verify_hbm_bytes(cost, cost.top_k)
-    out = {"mb_ar_step": round(ar / 1e6, 3), "mb_draft_step": round(draft / 1e6, 3),
-           "mb_predictor_pass": round(pred / 1e6, 3), "draft_over_ar": round(draft / ar, 3)}  # fmt: skip
+    out = {
+        "mb_ar_step": round(ar / 1e6, 3),
+        "mb_draft_step": round(draft / 1e6, 3),
+        "mb_predictor_pass": round(pred / 1e6, 3),
+        "draft_over_ar": round(draft / ar, 3),
+    }
     for method, e in mean_e.items():
         verify = verify_hbm_bytes(cost, e)
         out[f"{method} mb_verify"] = round(verify / 1e6, 3)
@@ -153,9 +176,13 @@ def _line(points: list[tuple[float, float]]) -> dict:
     x = [p[0] for p in points]
     y = [1e3 * p[1] for p in points]
     slope, _, r2 = fit_line(x, y)
-    return {"ms_per_expert": round(slope, 4), "ms_at_mean": round(sum(y) / len(y), 3),
-            "r": round(math.copysign(math.sqrt(max(r2, 0.0)), slope), 3), "passes": len(points),
-            "experts_range": [round(min(x), 2), round(max(x), 2)]}  # fmt: skip
+    return {
+        "ms_per_expert": round(slope, 4),
+        "ms_at_mean": round(sum(y) / len(y), 3),
+        "r": round(math.copysign(math.sqrt(max(r2, 0.0)), slope), 3),
+        "passes": len(points),
+        "experts_range": [round(min(x), 2), round(max(x), 2)],
+    }
 
 
 if __name__ == "__main__":

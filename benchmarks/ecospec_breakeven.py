@@ -64,15 +64,26 @@ def main() -> None:
     target, tokenizer, drafter, predictor = load_components(paths("full"))
     layers = len(target.model.layers)
     clock = ExpertClock(target)
-    stats = {name: {"steps": 0, "acc": 0, "e": 0.0, "pred": 0.0, "verify": 0.0, "experts": 0.0, "total": 0.0}
-             for name, _, _ in METHODS}  # fmt: skip
+    stats = {
+        name: {"steps": 0, "acc": 0, "e": 0.0, "pred": 0.0, "verify": 0.0, "experts": 0.0, "total": 0.0}
+        for name, _, _ in METHODS
+    }
     for ids_list in heldout_ids(tokenizer, args.datasets.split(","), args.prompts).values():
         for ids in ids_list:
             for name, selector, kind in METHODS:
                 pred = {"learned": predictor, "oracle": "oracle", None: None}[kind]
                 clock.verify_seconds = 0.0
-                res = ecospec.generate(target, ids, drafter=drafter, selector=selector, predictor=pred,
-                                       gamma=4, depth=3, topk=2, max_new_tokens=args.tokens)  # fmt: skip
+                res = ecospec.generate(
+                    target,
+                    ids,
+                    drafter=drafter,
+                    selector=selector,
+                    predictor=pred,
+                    gamma=4,
+                    depth=3,
+                    topk=2,
+                    max_new_tokens=args.tokens,
+                )
                 s = stats[name]
                 steps = res.steps
                 s["steps"] += len(steps)
@@ -82,28 +93,36 @@ def main() -> None:
                 s["pred"] += 0.0 if kind == "oracle" else sum(x.t_pred for x in steps)
                 s["total"] += sum(x.t_total - (x.t_pred if kind == "oracle" else 0.0) for x in steps)
                 s["experts"] += clock.verify_seconds
-    print(f"{args.prompts} held-out prompts x {args.tokens} tokens of {args.datasets}, greedy, depth 3, top-2, "
-          f"gamma 4, 1 thread, methods interleaved per prompt")  # fmt: skip
+    print(
+        f"{args.prompts} held-out prompts x {args.tokens} tokens of {args.datasets}, greedy, depth 3, top-2, "
+        f"gamma 4, 1 thread, methods interleaved per prompt"
+    )
     print(f"{'method':<8} {'alpha':>6} {'E':>6} {'T_step':>8} {'T_verify':>9} {'experts':>8} {'T_pred':>7}  (ms)")
     per = {}
     for name, s in stats.items():
         n = s["steps"]
         per[name] = {k: s[k] / n for k in ("acc", "e", "pred", "verify", "experts", "total")}
         x = per[name]
-        print(f"{name:<8} {x['acc']:>6.2f} {x['e']:>6.2f} {1e3 * x['total']:>8.2f} {1e3 * x['verify']:>9.2f} "
-              f"{1e3 * x['experts']:>8.2f} {1e3 * x['pred']:>7.2f}")  # fmt: skip
+        print(
+            f"{name:<8} {x['acc']:>6.2f} {x['e']:>6.2f} {1e3 * x['total']:>8.2f} {1e3 * x['verify']:>9.2f} "
+            f"{1e3 * x['experts']:>8.2f} {1e3 * x['pred']:>7.2f}"
+        )
     base, eco = per["eagle3"], per["ecospec"]
     cost = base["experts"] / (base["e"] * layers)  # seconds per expert per layer in a verify pass
     breakeven = eco["pred"] / (layers * cost)
     ahead = breakeven + 0.03 * base["total"] / (layers * cost)
     print(f"one expert in one layer costs {1e6 * cost:.0f} us in a verify pass ({layers} MoE layers)")
-    print(f"E saving that pays for T_pred (break-even): {breakeven:.2f} experts per layer; for EcoSpec 3 % ahead of "
-          f"EAGLE-3 at equal alpha: {ahead:.2f}")  # fmt: skip
+    print(
+        f"E saving that pays for T_pred (break-even): {breakeven:.2f} experts per layer; for EcoSpec 3 % ahead of "
+        f"EAGLE-3 at equal alpha: {ahead:.2f}"
+    )
     for name in ("ecospec", "oracle"):
         x = per[name]
         tput = (x["acc"] / x["total"]) / (base["acc"] / base["total"])
-        print(f"measured E saving, {name}: {base['e'] - x['e']:.2f} per layer (E x{x['e'] / base['e']:.3f}, alpha "
-              f"x{x['acc'] / base['acc']:.3f}); tokens per step-second vs EAGLE-3 x{tput:.3f}")  # fmt: skip
+        print(
+            f"measured E saving, {name}: {base['e'] - x['e']:.2f} per layer (E x{x['e'] / base['e']:.3f}, alpha "
+            f"x{x['acc'] / base['acc']:.3f}); tokens per step-second vs EAGLE-3 x{tput:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -101,8 +101,9 @@ def bench_ar(prompts: int = 8, tokens: int = 64, rounds: int = 2, seed: int = 0)
     prompt by prompt interleaved, outputs checked equal (`ar_denominator.compare`)."""
     target = tiny_model("qwen3_moe-a", seed=seed, **TARGET)
     gen = torch.Generator().manual_seed(seed)
-    return compare(target, [torch.randint(3, TARGET["vocab_size"], (1, 64), generator=gen) for _ in range(prompts)],
-                   tokens, rounds)  # fmt: skip
+    return compare(
+        target, [torch.randint(3, TARGET["vocab_size"], (1, 64), generator=gen) for _ in range(prompts)], tokens, rounds
+    )
 
 
 def main() -> None:

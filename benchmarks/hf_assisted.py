@@ -44,15 +44,22 @@ def _hf(target, ids, tokens, draft=None, threshold=0.0, chain=3):
         g.assistant_confidence_threshold = threshold
         kwargs["assistant_model"] = draft
     out = target.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False, temperature=None,
-        top_p=None, top_k=None, **kwargs,
-    )  # fmt: skip
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=tokens,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        **kwargs,
+    )
     return out[0, ids.shape[1] :].tolist()
 
 
 def _ours(target, ids, tokens, drafter=None, stop=None, chain=3):
-    res = ecospec.generate(target, ids, drafter=drafter, gamma=chain + 1, depth=chain, topk=1,
-                           max_new_tokens=tokens, draft_stop=stop)  # fmt: skip
+    res = ecospec.generate(
+        target, ids, drafter=drafter, gamma=chain + 1, depth=chain, topk=1, max_new_tokens=tokens, draft_stop=stop
+    )
     return list(res.tokens)
 
 
@@ -70,8 +77,10 @@ def main() -> None:
     prompts = humaneval_ids(load_tiny_tokenizer(), a.prompts)
     drafter = DraftModelDrafter(draft)
     eos = target.generation_config.eos_token_id
-    print(f"target {target.config.num_hidden_layers} layers, draft {a.draft_layers} layers (cut), chain {a.chain}, "
-          f"{a.prompts} HumanEval prompts x {a.tokens} tokens x {a.rounds} rounds, eos {eos}, 1 thread")  # fmt: skip
+    print(
+        f"target {target.config.num_hidden_layers} layers, draft {a.draft_layers} layers (cut), chain {a.chain}, "
+        f"{a.prompts} HumanEval prompts x {a.tokens} tokens x {a.rounds} rounds, eos {eos}, 1 thread"
+    )
     runs = {
         "HF greedy (AR)": lambda ids: _hf(target, ids, a.tokens),
         "ecospec AR": lambda ids: _ours(target, ids, a.tokens),

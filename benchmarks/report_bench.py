@@ -43,10 +43,18 @@ def main() -> int:
             print(f"wrote {args.records} synthetic records in {time.perf_counter() - t0:.1f} s (not timed)")
         t0 = time.perf_counter()
         run = subprocess.run(
-            [sys.executable, "-m", "ecospec.report", "--records", str(root / "experiments"), "--out",
-             str(root / "reports")],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "ecospec.report",
+                "--records",
+                str(root / "experiments"),
+                "--out",
+                str(root / "reports"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - t0
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # CPU time: what other load on the machine leaves alone
         if run.returncode:

@@ -70,8 +70,13 @@ def ours(target, prompts, tokens: int, batch: int, drafter=None, gamma: int = 4,
         accepted += sum(st.accepted for r in results for st in r.steps)
         outs += [list(r.tokens) for r in results]
         rows += [positions(r.steps) for r in results]
-    return {"tpot_s": after_first / (n - len(prompts)), "tokens_per_s": n / seconds, "alpha": accepted / steps,
-            "outputs": outs, "acceptance_by_position": acceptance_by_position(rows)}  # fmt: skip
+    return {
+        "tpot_s": after_first / (n - len(prompts)),
+        "tokens_per_s": n / seconds,
+        "alpha": accepted / steps,
+        "outputs": outs,
+        "acceptance_by_position": acceptance_by_position(rows),
+    }
 
 
 def main() -> int:
@@ -104,9 +109,11 @@ def main() -> int:
             "tree": prepare(target, gamma=a.tree_gamma, max_len=slots, hidden_layers=hidden),
         }
         # the head's draft steps and the predictor's pass too (else their warm-up lands in the first round's TPOT)
-        parts = [prepare_drafter(drafter, gamma=a.gamma, depth=a.gamma - 1, topk=1, max_len=slots),
-                 prepare_drafter(drafter, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots),
-                 prepare_predictor(predictor, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots)]  # fmt: skip
+        parts = [
+            prepare_drafter(drafter, gamma=a.gamma, depth=a.gamma - 1, topk=1, max_len=slots),
+            prepare_drafter(drafter, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots),
+            prepare_predictor(predictor, gamma=a.tree_gamma, depth=3, topk=2, max_len=slots),
+        ]
         compile_s = sum(p.compile_s for p in [*run["compiled"].values(), *parts])
         print(
             f"compiled engine: warm-up {compile_s:.1f} s (AR, chain of {a.gamma - 1}, tree at gamma {a.tree_gamma}; "
@@ -132,16 +139,26 @@ def main() -> int:
             for b in (int(x) for x in a.batches.split(",")):
                 bench = BenchSettings(output_len=a.tokens, concurrency=b, requests=a.prompts, seed=0)
                 # ours at this batch: (row label, engine, decode); the compiled engine runs batch 1 only
-                mine = [(method, e, dict(drafter=drafter if method == "eagle3" else None, gamma=a.gamma,
-                                         engine=run[e][method]))
-                        for e in engines if b == 1 or e == "eager"]  # fmt: skip
+                mine = [
+                    (
+                        method,
+                        e,
+                        dict(drafter=drafter if method == "eagle3" else None, gamma=a.gamma, engine=run[e][method]),
+                    )
+                    for e in engines
+                    if b == 1 or e == "eager"
+                ]
                 if method == "ar" and b == 1 and "compiled" in engines:
-                    mine += [(name, e, dict(drafter=drafter, gamma=a.tree_gamma, engine=run[e]["tree"], tree=kw))
-                             for name, kw in trees.items() for e in engines]  # fmt: skip
+                    mine += [
+                        (name, e, dict(drafter=drafter, gamma=a.tree_gamma, engine=run[e]["tree"], tree=kw))
+                        for name, kw in trees.items()
+                        for e in engines
+                    ]
                 v_rounds, o_rounds = [], {(m, e): [] for m, e, _ in mine}
                 for r in range(a.rounds):  # alternating: a machine that slows down slows both
-                    v_rounds.append(run_round(cli, srv, model, data, bench, a.out, f"{method}-b{b}-{r}",
-                                              a.out / "bench.log"))  # fmt: skip
+                    v_rounds.append(
+                        run_round(cli, srv, model, data, bench, a.out, f"{method}-b{b}-{r}", a.out / "bench.log")
+                    )
                     for m, e, kw in mine:
                         o_rounds[m, e].append(ours(target, prompts=prompts, tokens=a.tokens, batch=b, **kw))
                 v = engine_summary(v_rounds)
@@ -151,28 +168,46 @@ def main() -> int:
                     outputs[f"ours {m} {e} b{b}"] = got[0]["outputs"]
                     rows.append((m, b, e, v, o))
     ar = outputs[f"ours ar {engines[0]} b1"]
-    print(f"\n{a.prompts} HumanEval prompts x {a.tokens} tokens, greedy, fp32, chain of {a.gamma - 1}, 1 core each"
-          f"; trees: gamma {a.tree_gamma}, depth 3, top-2, against vLLM's AR")  # fmt: skip
-    print(f"{'method':<14}{'batch':>6}{'ours':>10}{'vLLM TPOT ms':>14}{'ours TPOT ms':>14}{'ours/vLLM':>11}"
-          f"{'vLLM tok/s':>12}{'ours tok/s':>12}{'vLLM alpha':>12}{'ours alpha':>12}  ours = our AR")  # fmt: skip
+    print(
+        f"\n{a.prompts} HumanEval prompts x {a.tokens} tokens, greedy, fp32, chain of {a.gamma - 1}, 1 core each"
+        f"; trees: gamma {a.tree_gamma}, depth 3, top-2, against vLLM's AR"
+    )
+    print(
+        f"{'method':<14}{'batch':>6}{'ours':>10}{'vLLM TPOT ms':>14}{'ours TPOT ms':>14}{'ours/vLLM':>11}"
+        f"{'vLLM tok/s':>12}{'ours tok/s':>12}{'vLLM alpha':>12}{'ours alpha':>12}  ours = our AR"
+    )
     table = []
     for method, b, e, v, o in rows:
         same = sum(x == y for x, y in zip(outputs[f"ours {method} {e} b{b}"], ar, strict=True))
         ratio = o["tpot_s"] / v["tpot_s"]
-        print(f"{method:<14}{b:>6}{e:>10}{1e3 * v['tpot_s']:>14.2f}{1e3 * o['tpot_s']:>14.2f}{ratio:>10.2f}x"
-              f"{v['tokens_per_s']:>12.1f}{o['tokens_per_s']:>12.1f}{v['alpha']:>12.3f}{o['alpha']:>12.3f}"
-              f"  {same}/{len(ar)}")  # fmt: skip
-        table.append({"method": method, "batch": b, "engine": e, "vllm_tpot_ms": 1e3 * v["tpot_s"],
-                      "ours_tpot_ms": 1e3 * o["tpot_s"], "ratio": ratio, "vllm_alpha": v["alpha"],
-                      "ours_alpha": o["alpha"], "same_as_ar": same})  # fmt: skip
+        print(
+            f"{method:<14}{b:>6}{e:>10}{1e3 * v['tpot_s']:>14.2f}{1e3 * o['tpot_s']:>14.2f}{ratio:>10.2f}x"
+            f"{v['tokens_per_s']:>12.1f}{o['tokens_per_s']:>12.1f}{v['alpha']:>12.3f}{o['alpha']:>12.3f}"
+            f"  {same}/{len(ar)}"
+        )
+        table.append(
+            {
+                "method": method,
+                "batch": b,
+                "engine": e,
+                "vllm_tpot_ms": 1e3 * v["tpot_s"],
+                "ours_tpot_ms": 1e3 * o["tpot_s"],
+                "ratio": ratio,
+                "vllm_alpha": v["alpha"],
+                "ours_alpha": o["alpha"],
+                "same_as_ar": same,
+            }
+        )
         if method == "eagle3" and abs(v["alpha"] / o["alpha"] - 1) > 0.02:
             print(f"  alpha differs by {100 * abs(v['alpha'] / o['alpha'] - 1):.1f} % (> 2 %): a bug in one engine")
             ok = False
         if method == "eagle3":  # one definition of per-position acceptance in both backends (summary.py, metrics.py)
             vp, op = v.get("acceptance_by_position") or [], o["acceptance_by_position"]
             gap = max((abs(x - y) for x, y in zip(vp, op, strict=False)), default=None)
-            print(f"  acceptance by position: vLLM {[round(x, 3) for x in vp]}, ours {[round(x, 3) for x in op]}"
-                  + (f" (largest gap {gap:.3f})" if gap is not None else " (vLLM gave none)"))  # fmt: skip
+            print(
+                f"  acceptance by position: vLLM {[round(x, 3) for x in vp]}, ours {[round(x, 3) for x in op]}"
+                + (f" (largest gap {gap:.3f})" if gap is not None else " (vLLM gave none)")
+            )
             table[-1].update(vllm_acceptance_by_position=vp, ours_acceptance_by_position=op)
             if gap is None or gap > 0.02 or len(vp) != len(op):
                 print("  per-position acceptance differs by more than 0.02 (or in length): a bug in one engine")

@@ -35,8 +35,14 @@ def test_per_position_acceptance_is_pinned(release, selector):
     rows, same = [], 0
     for ids, ar_tokens in zip(prompts, ar, strict=True):
         kw = dict(gamma=6, depth=3, topk=2, max_new_tokens=48)
-        res = ecospec.generate(target, ids, drafter=drafter, selector=selector,
-                               predictor=predictor if selector == "ecospec" else None, **kw)  # fmt: skip
+        res = ecospec.generate(
+            target,
+            ids,
+            drafter=drafter,
+            selector=selector,
+            predictor=predictor if selector == "ecospec" else None,
+            **kw,
+        )
         rows.append(positions(res.steps))
         same += res.tokens == ar_tokens
     got = acceptance_by_position(rows)

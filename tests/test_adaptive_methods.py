@@ -19,11 +19,23 @@ ADAPTIVE = ("evict", "cascade", "ecospec_adaptive")
 def profile(per_expert: float, overhead: float = 0.001, layers: int = 2) -> VerifyProfile:
     """A made-up profile: `per_expert` decides whether a wider block pays."""
     return VerifyProfile(
-        model="t", engine="eager", dtype="float64", processor="x", layers=layers, intercept_s=0.002,
-        per_token_s=0.0002, per_expert_layer_s=per_expert, r2=1.0, points=5, ar_step_s=0.0024 + overhead + 0.0003,
-        overhead_s=overhead, draft_pass_s={"tree": 0.0003, "chain": 0.0002}, predictor_pass_s=0.0002,
-        experts_by_tokens={str(t): min(8.0, 2.0 * t) for t in range(1, 9)}, source="test",
-    )  # fmt: skip
+        model="t",
+        engine="eager",
+        dtype="float64",
+        processor="x",
+        layers=layers,
+        intercept_s=0.002,
+        per_token_s=0.0002,
+        per_expert_layer_s=per_expert,
+        r2=1.0,
+        points=5,
+        ar_step_s=0.0024 + overhead + 0.0003,
+        overhead_s=overhead,
+        draft_pass_s={"tree": 0.0003, "chain": 0.0002},
+        predictor_pass_s=0.0002,
+        experts_by_tokens={str(t): min(8.0, 2.0 * t) for t in range(1, 9)},
+        source="test",
+    )
 
 
 CHEAP, DEAR = profile(1e-6, overhead=0.01), profile(2e-3)  # a big per-step overhead favours big blocks
@@ -105,8 +117,17 @@ def test_adaptive_stops_drafting_while_speculation_does_not_pay(pair):
     """Under the dear profile EcoSpec-Adaptive's best block is slower than AR, so it drafts nothing for 1, 2, 4 ...
     steps: most steps draft no tree at all."""
     target, drafter, ids = pair
-    res = ecospec.generate(target, ids, drafter=drafter, selector="ecospec_adaptive", predictor="oracle", gamma=6,
-                           max_new_tokens=40, eos_token_id=[], profile=DEAR)  # fmt: skip
+    res = ecospec.generate(
+        target,
+        ids,
+        drafter=drafter,
+        selector="ecospec_adaptive",
+        predictor="oracle",
+        gamma=6,
+        max_new_tokens=40,
+        eos_token_id=[],
+        profile=DEAR,
+    )
     undrafted = sum(st.drafted_depth == 0 for st in res.steps)
     assert undrafted > len(res.steps) / 2
 

@@ -137,9 +137,16 @@ def batch_predictor(target):
 
     torch.manual_seed(0)
     backbone = Qwen3Config(
-        vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=512, attn_implementation="sdpa",
-    )  # fmt: skip
+        vocab_size=8,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        attn_implementation="sdpa",
+    )
     return ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
 
 
@@ -153,8 +160,13 @@ def test_generate_batch_equals_generate_per_prompt(models64, preset):
     drafter = DraftModelDrafter(draft)
     predictor = batch_predictor(target)
     ar = [ecospec.generate(target, p[None], max_new_tokens=12, eos_token_id=[]) for p in prompts]
-    runs = [(None, "confidence", None), (drafter, "confidence", None), (drafter, "ecospec", predictor),
-            (drafter, "global_cost", predictor), (drafter, "oracle", "oracle")]  # fmt: skip
+    runs = [
+        (None, "confidence", None),
+        (drafter, "confidence", None),
+        (drafter, "ecospec", predictor),
+        (drafter, "global_cost", predictor),
+        (drafter, "oracle", "oracle"),
+    ]
     for d, selector, pred in runs:
         kw = dict(drafter=d, selector=selector, predictor=pred, gamma=4, depth=3, topk=2, max_new_tokens=12)
         got = ecospec.generate_batch(target, prompts, eos_token_id=[], **kw)
@@ -214,11 +226,17 @@ def eagle3_drafter(target):
     cfg = target.config
     head = Eagle3Head(
         Eagle3Config(
-            hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=8, vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size, aux_hidden_layers=(0, 1, 2),
+            hidden_size=cfg.hidden_size,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            vocab_size=cfg.vocab_size,
+            draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size,
+            aux_hidden_layers=(0, 1, 2),
         )
-    )  # fmt: skip
+    )
     init_random_weights(head, std=0.3, seed=0)
     return Eagle3Drafter(head.double(), target.get_input_embeddings())
 
@@ -237,8 +255,12 @@ def test_generate_batch_with_hidden_state_drafters(models64, preset, kind):
     prompts = [prompt(n, vocab, seed=30 + i)[0] for i, n in enumerate(BATCH_LENGTHS)]
     predictor = batch_predictor(target)
     ar = [ecospec.generate(target, p[None], max_new_tokens=10, eos_token_id=[]).tokens for p in prompts]
-    for selector, pred in (("confidence", None), ("ecospec", predictor), ("global_cost", predictor),
-                           ("oracle", "oracle")):  # fmt: skip
+    for selector, pred in (
+        ("confidence", None),
+        ("ecospec", predictor),
+        ("global_cost", predictor),
+        ("oracle", "oracle"),
+    ):
         kw = dict(drafter=drafter, selector=selector, predictor=pred, max_new_tokens=10, eos_token_id=[])
         got = ecospec.generate_batch(target, prompts, **kw)
         for p, res, a in zip(prompts, got.results, ar, strict=True):
@@ -275,9 +297,16 @@ def test_drafters_and_predictor_run_once_per_level_for_the_whole_batch(models64)
         handle = module.register_forward_hook(lambda *_: count("draft"))
         ExpertPredictor._decode = counted_decode
         try:
-            got = ecospec.generate_batch(target, prompts, drafter=drafter, selector="ecospec",
-                                         predictor=batch_predictor(target), depth=3, max_new_tokens=10,
-                                         eos_token_id=[])  # fmt: skip
+            got = ecospec.generate_batch(
+                target,
+                prompts,
+                drafter=drafter,
+                selector="ecospec",
+                predictor=batch_predictor(target),
+                depth=3,
+                max_new_tokens=10,
+                eos_token_id=[],
+            )
         finally:
             handle.remove()
             ExpertPredictor._decode = real_decode

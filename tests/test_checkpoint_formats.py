@@ -173,8 +173,12 @@ def write_block_fp8(path: Path, preset: str, conf: str, **overrides) -> Checkpoi
         else:
             reference[name] = put(name, t)
     config = tiny_config(preset, **overrides)
-    config.quantization_config = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                  "weight_block_size": [BLOCK, BLOCK]}  # fmt: skip
+    config.quantization_config = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [BLOCK, BLOCK],
+    }
     if config.model_type == "qwen3_moe":
         config.quantization_config["modules_to_not_convert"] = _qwen3_not_converted(config)
     _save(path, config, tensors)
@@ -182,8 +186,14 @@ def write_block_fp8(path: Path, preset: str, conf: str, **overrides) -> Checkpoi
 
 
 # DeepSeek-V3 widths that 32 divides: q_b 4 x (8 + 32), kv_a 32 + 32, kv_b 4 x (8 + 8), o_proj 4 x 8 in
-DEEPSEEK_32 = {"hidden_size": 64, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 32,
-               "qk_nope_head_dim": 8, "v_head_dim": 8}  # fmt: skip
+DEEPSEEK_32 = {
+    "hidden_size": 64,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 32,
+    "qk_rope_head_dim": 32,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 8,
+}
 
 WRITERS = {
     "gpt_oss-mxfp4": lambda p: write_gpt_oss_mxfp4(p, hidden_size=64),  # 64: the experts' inputs group by 32
@@ -310,8 +320,18 @@ def test_greedy_sd_equals_ar_on_the_dequantized_target(loaded32, fmt):
     for ids in prompts():
         ar = ecospec.generate(target, ids, max_new_tokens=16, eos_token_id=[])
         for selector, predictor in (("confidence", None), ("ecospec", "oracle")):
-            sd = ecospec.generate(target, ids, drafter=drafter, selector=selector, predictor=predictor, gamma=4,
-                                  depth=3, topk=2, max_new_tokens=16, eos_token_id=[])  # fmt: skip
+            sd = ecospec.generate(
+                target,
+                ids,
+                drafter=drafter,
+                selector=selector,
+                predictor=predictor,
+                gamma=4,
+                depth=3,
+                topk=2,
+                max_new_tokens=16,
+                eos_token_id=[],
+            )
             assert sd.tokens == ar.tokens, (fmt, selector)
             accepted |= any(s.accepted > 1 for s in sd.steps)
             rejected |= any(s.accepted < s.verified for s in sd.steps)
@@ -361,8 +381,11 @@ def test_routing_capture_sees_every_moe_layer(checkpoints, loaded32, fmt):
     torch.testing.assert_close(logits, want_logits, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(raises=(RuntimeError, AssertionError), strict=True,
-                   reason="transformers 5.24's FP8 dequantize assumes scale tiles divide the weight")  # fmt: skip
+@pytest.mark.xfail(
+    raises=(RuntimeError, AssertionError),
+    strict=True,
+    reason="transformers 5.24's FP8 dequantize assumes scale tiles divide the weight",
+)
 @pytest.mark.parametrize("kv_lora_rank", [128, 32])
 def test_deepseek_partial_fp8_tile_dequantizes(tmp_path, kv_lora_rank):
     """DeepSeek-V3's kv_a_proj_with_mqa has 512 + 64 = 576 rows, 4.5 tiles of 128, so its scale_inv has 5 rows
@@ -484,11 +507,24 @@ def test_a_cell_on_the_mxfp4_checkpoint_records_and_costs_what_loaded(tmp_path):
     ckpt = write_gpt_oss_mxfp4(tmp_path / "ckpt", hidden_size=64, vocab_size=VOCAB_SIZE)  # the tokenizer's ids
     byte_tokenizer().save_pretrained(ckpt.path)
     with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "model=gptoss", f"model.target={ckpt.path}", "~model.facts.hf_config", "model.chat_template=false",
-            "+model.drafters.draft_model={path: perturbed}", "method=draft", "dataset=humaneval",
-            "num_prompts=2", "max_new_tokens=8", f"out_dir={tmp_path}", "progress=false", "threads=1", "logger=none",
-        ])  # fmt: skip
+        cfg = compose(
+            "config",
+            overrides=[
+                "model=gptoss",
+                f"model.target={ckpt.path}",
+                "~model.facts.hf_config",
+                "model.chat_template=false",
+                "+model.drafters.draft_model={path: perturbed}",
+                "method=draft",
+                "dataset=humaneval",
+                "num_prompts=2",
+                "max_new_tokens=8",
+                f"out_dir={tmp_path}",
+                "progress=false",
+                "threads=1",
+                "logger=none",
+            ],
+        )
     with pytest.warns(UserWarning, match="dequantize them to bf16"):
         rec = run_cell(cfg, tmp_path / cell_name(cfg))
     assert rec["status"] == "ok", rec.get("traceback")

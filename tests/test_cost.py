@@ -66,8 +66,10 @@ def test_overlap_paper_table1_te_pred():
     assert round(target_efficiency(168.0, 40.0, 2, 4.99), 3) == 0.428  # Mixtral-8x7B
     assert round(target_efficiency(9.0, 36.0, 8, 19.49), 3) == 0.511  # Qwen3-30B
     # Its MB are MiB per GPU: C_expert = one expert / TP, C_dense = one layer's attention / TP (bf16).
-    for model, tp, c_expert, c_dense, unique, te in (("mixtral", 2, 168.0, 40.0, 4.99, 0.428),
-                                                     ("qwen3_30b", 1, 9.0, 36.0, 19.49, 0.511)):  # fmt: skip
+    for model, tp, c_expert, c_dense, unique, te in (
+        ("mixtral", 2, 168.0, 40.0, 4.99, 0.428),
+        ("qwen3_30b", 1, 9.0, 36.0, 19.49, 0.511),
+    ):
         c = model_cost(model)
         layer = (c.dense_params - c.embedding_params - c.other_params) / c.num_layers  # attention + norms
         ours_expert, ours_dense = c.expert_bytes / 2**20 / tp, layer * 2 / 2**20 / tp
@@ -168,8 +170,10 @@ def _record(model: dict, device: str, e: float, t_verify: float, status: str = "
 def test_fit_overhead_from_gpu_records():
     qwen = load_model_config("qwen3")
     bw = HARDWARE["H200"].hbm_bytes_per_s
-    recs = [_record(qwen, "NVIDIA H200", e, verify_hbm_bytes(qwen, e) / bw + 0.25 + d)
-            for e, d in ((8.0, 0.01), (23.7, -0.01), (20.5, 0.0))]  # fmt: skip
+    recs = [
+        _record(qwen, "NVIDIA H200", e, verify_hbm_bytes(qwen, e) / bw + 0.25 + d)
+        for e, d in ((8.0, 0.01), (23.7, -0.01), (20.5, 0.0))
+    ]
     recs += [
         _record(qwen, "NVIDIA H100 80GB HBM3", 8.0, 9.0),  # another GPU
         _record(qwen, "NVIDIA H200", 8.0, 9.0, status="failed"),
@@ -196,10 +200,16 @@ def test_draft_and_predictor_bytes_come_from_the_release_facts_or_the_targets_sh
     parts = step_parts(tiny, "eagle3", 3, predictor=True)
     head = load_eagle3(RELEASE_DIR / "drafter" / "head")
     c = head.config
-    shape = {"hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-             "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-             "head_dim": c.head_dim, "draft_vocab_size": c.draft_vocab_size, "target_hidden_size": c.target_hidden_size,
-             "aux_layers": len(c.aux_hidden_layers)}  # fmt: skip
+    shape = {
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "draft_vocab_size": c.draft_vocab_size,
+        "target_hidden_size": c.target_hidden_size,
+        "aux_layers": len(c.aux_hidden_layers),
+    }
     first, later = eagle3_head_bytes(shape, "fp32")
     assert parts.draft == pytest.approx((first, later, later))  # the formula counts what the file holds
     weights = sum(p.numel() * p.element_size() for n, p in head.named_parameters() if not n.startswith("embed"))

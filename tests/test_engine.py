@@ -166,10 +166,16 @@ def test_eagle3_drafter_in_the_loop(models64):
     target, _ = models64("qwen3_moe-a")
     cfg = target.config
     head_cfg = Eagle3Config(
-        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=cfg.vocab_size,
+        draft_vocab_size=cfg.vocab_size,
+        target_hidden_size=cfg.hidden_size,
         aux_hidden_layers=(0, 1, 2),
-    )  # fmt: skip
+    )
     head = Eagle3Head(head_cfg)
     init_random_weights(head, std=0.3, seed=0)
     head = head.double()
@@ -223,8 +229,17 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
     monkeypatch.setattr(loop, "oracle_experts", spy_oracle)
     monkeypatch.setattr(session, "select", spy_select)  # what the method's session chooses with
     ids = prompt(20, target.config.vocab_size, seed=13)
-    res = ecospec.generate(target, ids, drafter=DraftModelDrafter(draft), selector="oracle", predictor="oracle",
-                           gamma=4, max_new_tokens=16, eos_token_id=[], trace=True)  # fmt: skip
+    res = ecospec.generate(
+        target,
+        ids,
+        drafter=DraftModelDrafter(draft),
+        selector="oracle",
+        predictor="oracle",
+        gamma=4,
+        max_new_tokens=16,
+        eos_token_id=[],
+        trace=True,
+    )
     n = moe_info(target).num_experts
     verified = [expert_bitmasks(torch.tensor(st.trace.routes), n) for st in res.steps]  # each verify pass's routes
     assert len(oracle) == len(chosen) == len(verified) > 3

@@ -34,10 +34,30 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
-        "demo", "engines", "fig1a", "gamma_protocol", "gto", "moe_methods", "moespec", "moespec_deepseek",
-        "moespec_gptoss", "moespec_qwen3", "overlap_e2e", "overlap_e2e_tiny", "predictor", "table1", "table10",
-        "table11_12", "table4", "table5", "table6_7", "table8", "table9", "tiny_repro", "traces",
-    ]  # fmt: skip
+        "demo",
+        "engines",
+        "fig1a",
+        "gamma_protocol",
+        "gto",
+        "moe_methods",
+        "moespec",
+        "moespec_deepseek",
+        "moespec_gptoss",
+        "moespec_qwen3",
+        "overlap_e2e",
+        "overlap_e2e_tiny",
+        "predictor",
+        "table1",
+        "table10",
+        "table11_12",
+        "table4",
+        "table5",
+        "table6_7",
+        "table8",
+        "table9",
+        "tiny_repro",
+        "traces",
+    ]
     assert {"tiny", "tiny_random", "qwen3", "gptoss", "deepseek", "qwen3_30b", "mixtral"} <= set(MODELS)
     assert {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle"} <= set(METHODS)
 
@@ -104,8 +124,15 @@ def test_backend_vllm_takes_what_vllm_runs_and_refuses_the_rest_in_one_line(meth
         assert "needs a" in str(e) and "drafter" in str(e), e  # qwen3_30b has no MTP module, no draft LM
     else:
         c = cell_config(cfg)
-        assert c["backend"] == {"name": "vllm", "dtype": None, "tp": None, "max_model_len": 2048,
-                                "enforce_eager": False, "requests": None, "requests_per_seq": None}  # fmt: skip
+        assert c["backend"] == {
+            "name": "vllm",
+            "dtype": None,
+            "tp": None,
+            "max_model_len": 2048,
+            "enforce_eager": False,
+            "requests": None,
+            "requests_per_seq": None,
+        }
         assert "-vllm-" in cell_name(cfg)
     for bad, key in (
         ("backend.rounds=0", "backend.rounds"),
@@ -315,8 +342,11 @@ def test_compiled_cell_decodes_as_the_eager_one(cell):
         cfg, cell_dir = cell("model.dtype=float64", f"engine={engine}", "interleave=[eagle3]")
         rec = run_cell(cfg, cell_dir)
         assert rec["status"] == "ok", rec.get("traceback")
-        other = read_record(cell_dir.parent / cell_name(_compose(*FAST, "model.dtype=float64", f"engine={engine}",
-                                                                 "method=eagle3")) / RESULT)  # fmt: skip
+        other = read_record(
+            cell_dir.parent
+            / cell_name(_compose(*FAST, "model.dtype=float64", f"engine={engine}", "method=eagle3"))
+            / RESULT
+        )
         runs[engine] = (rec, other)
     for eager, compiled in zip(runs["eager"], runs["compiled"], strict=True):
         keys = ("tokens", "steps", "accepted", "experts_by_layer")
@@ -338,9 +368,23 @@ def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
     on_disk = json.loads((cell_dir / RESULT).read_text())
     assert on_disk["cell_id"] == cell_id(cfg) and on_disk["schema"] == 1
     s = on_disk["summary"]
-    for key in ("alpha", "experts_per_layer", "experts_by_layer", "t_pred_s", "t_draft_s", "t_select_s",
-                "t_verify_s", "t_step_s", "tokens", "steps", "tokens_per_s", "ar_tokens_per_s", "speedup",
-                "matches_ar", "hbm_bytes_per_verify"):  # fmt: skip
+    for key in (
+        "alpha",
+        "experts_per_layer",
+        "experts_by_layer",
+        "t_pred_s",
+        "t_draft_s",
+        "t_select_s",
+        "t_verify_s",
+        "t_step_s",
+        "tokens",
+        "steps",
+        "tokens_per_s",
+        "ar_tokens_per_s",
+        "speedup",
+        "matches_ar",
+        "hbm_bytes_per_verify",
+    ):
         assert key in s, key
     assert s["matches_ar"] == 1.0  # greedy SD equals AR token for token
     assert s["tokens"] == 2 * 8 and len(on_disk["prompts"]) == 2
@@ -538,9 +582,12 @@ def test_unavailable_dataset_fails_fast_with_its_message(cell, monkeypatch, tmp_
 def _run(args, tmp_path, timeout=600, env=None):
     return subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *args, f"out_dir={tmp_path}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def test_run_py_single_cell_prints_one_line(tmp_path):
@@ -562,8 +609,10 @@ def test_run_py_bad_value_is_one_line_and_exit_code(tmp_path):
 def test_multirun_isolates_failures_and_prints_the_table(tmp_path):
     out = _run(["-m", *FAST, "method=ar", "gamma=1,4", "name=sweep"], tmp_path)
     assert out.returncode != 0  # one cell failed
-    records = {json.loads(p.read_text())["config"]["gamma"]: json.loads(p.read_text()) for p in
-               (tmp_path / "sweep").glob(f"*/{RESULT}")}  # fmt: skip
+    records = {
+        json.loads(p.read_text())["config"]["gamma"]: json.loads(p.read_text())
+        for p in (tmp_path / "sweep").glob(f"*/{RESULT}")
+    }
     assert records[1]["status"] == "failed" and records[4]["status"] == "ok"
     table = out.stdout[out.stdout.index("cell ") :]
     assert "2 cells" in table and "1 failed" in table and "failed" in table and "ok" in table
@@ -575,10 +624,17 @@ def test_loop_share_counts_outputs_ending_in_a_period_one_or_two_loop():
     assert in_loop([9] * 20) and in_loop([3, 4] * 10) and in_loop(list(range(4)) + [7, 8] * 8)
     assert not in_loop([1, 2, 3] * 7) and not in_loop([5] * 15 + [6]) and in_loop([1] * 15) is None
     rows = [
-        {"steps": 1, "n_tokens": 20, "accepted": 1, "experts_sum": [], "seconds": 1.0, "loop": loop,
-         **{f"{p}_s": 0.0 for p in ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_prefill")}}
+        {
+            "steps": 1,
+            "n_tokens": 20,
+            "accepted": 1,
+            "experts_sum": [],
+            "seconds": 1.0,
+            "loop": loop,
+            **{f"{p}_s": 0.0 for p in ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_prefill")},
+        }
         for loop in (True, False, None, True)
-    ]  # fmt: skip
+    ]
     assert summarize(rows)["loop_share"] == pytest.approx(2 / 3)  # an early-stopped output does not count
 
 
@@ -599,8 +655,9 @@ def test_batched_cell_equals_the_unbatched_cell_and_reports_pass_metrics(cell, m
     smaller): every output equals the batch_size=1 cell's, AR is batched AR at B=2, E is over the batched passes."""
     one, one_dir = cell(f"method={method}", "dataset=mtbench", "num_prompts=3")
     ref = run_cell(one, one_dir)
-    cfg, cell_dir = cell(f"method={method}", "dataset=mtbench", "num_prompts=3", "batch_size=2",
-                         f"batch_buffer={buffer}")  # fmt: skip
+    cfg, cell_dir = cell(
+        f"method={method}", "dataset=mtbench", "num_prompts=3", "batch_size=2", f"batch_buffer={buffer}"
+    )
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
     s = rec["summary"]
@@ -681,8 +738,17 @@ def test_moespec_cells_measure_the_quality_they_give_up(cell):
 def test_demo_sets_ecospec_beside_the_baseline_and_ar_and_keeps_its_record(tmp_path):
     """`make demo`'s job on a random model: one table (AR, the model's own drafter, EcoSpec), a sentence, a figure;
     the second run prints the kept record."""
-    cmd = [sys.executable, "run.py", "experiment=demo", "model=tiny_random", "demo.datasets=[humaneval]",
-           "demo.prompts_per_dataset=2", "max_new_tokens=8", f"out_dir={tmp_path}", "progress=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "run.py",
+        "experiment=demo",
+        "model=tiny_random",
+        "demo.datasets=[humaneval]",
+        "demo.prompts_per_dataset=2",
+        "max_new_tokens=8",
+        f"out_dir={tmp_path}",
+        "progress=false",
+    ]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     lines = first.stdout.splitlines()
@@ -750,8 +816,17 @@ def test_interleaved_methods_write_their_own_cells_measured_in_one_run(cell, tmp
     (cell_dir / RESULT).unlink()  # the main cell again, its companions' records standing: they are kept
     again = run_cell(cfg, cell_dir)
     assert again["interleaved"]["kept"] == ["eagle3", "oracle"] and "run" not in again["summary"]["intervals"]
-    forced = run_cell(_compose(*FAST, f"out_dir={cfg.out_dir}", "method=ecospec", "interleave=[eagle3,oracle]",
-                               "num_prompts=3", "force=true"), cell_dir)  # fmt: skip
+    forced = run_cell(
+        _compose(
+            *FAST,
+            f"out_dir={cfg.out_dir}",
+            "method=ecospec",
+            "interleave=[eagle3,oracle]",
+            "num_prompts=3",
+            "force=true",
+        ),
+        cell_dir,
+    )
     other, other_dir = cell("method=eagle3", "num_prompts=3")
     assert json.loads((other_dir / RESULT).read_text())["summary"]["intervals"]["run"] == forced["interleaved"]["run"]
     assert forced["interleaved"]["run"] != run

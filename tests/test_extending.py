@@ -84,10 +84,23 @@ def _copy(tmp_path) -> Path:
 def _run(copy: Path, out: Path, *overrides: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
     proc = subprocess.run(
-        [sys.executable, "run.py", *overrides, "model=tiny_random", "num_prompts=1", "max_new_tokens=6", "threads=1",
-         "progress=false", f"out_dir={out}"],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "run.py",
+            *overrides,
+            "model=tiny_random",
+            "num_prompts=1",
+            "max_new_tokens=6",
+            "threads=1",
+            "progress=false",
+            f"out_dir={out}",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(next(out.rglob("result.json")).read_text())
 
@@ -104,8 +117,9 @@ def _with_files(tmp_path, files: dict[str, str]) -> Path:
 
 
 def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
-    copy = _with_files(tmp_path, {"src/ecospec/drafters/kind_bigram.py": TOY_DRAFTER,
-                                  "conf/method/bigram.yaml": TOY_DRAFTER_YAML})  # fmt: skip
+    copy = _with_files(
+        tmp_path, {"src/ecospec/drafters/kind_bigram.py": TOY_DRAFTER, "conf/method/bigram.yaml": TOY_DRAFTER_YAML}
+    )
     rec = _run(copy, tmp_path / "exp", "method=bigram", "+model.drafters.bigram={path:null}")
     assert rec["status"] == "ok" and rec["config"]["method"]["drafter"] == "bigram"
     assert rec["summary"]["matches_ar"] == 1.0 and rec["summary"]["alpha"] >= 1.0

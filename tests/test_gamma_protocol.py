@@ -33,15 +33,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _row(method: str, gamma: int, dataset: str, speedup: float, model: str = "tiny") -> dict:
     return {
-        "experiment": "gamma_protocol", "cell": f"{model}-{method}-{dataset}-g{gamma}", "cell_id": f"{method}{gamma}",
-        "path": "x", "status": "ok", "finished": datetime(2026, 1, 1, tzinfo=UTC).isoformat(), "model": model,
-        "method": method, "dataset": dataset, "temperature": 0.0, "top_p": 1.0, "gamma": gamma, "depth": 3, "topk": 2,
-        "batch_size": 1, "max_new_tokens": 64, "num_prompts": 8, "split": "heldout", "seed": 0,
+        "experiment": "gamma_protocol",
+        "cell": f"{model}-{method}-{dataset}-g{gamma}",
+        "cell_id": f"{method}{gamma}",
+        "path": "x",
+        "status": "ok",
+        "finished": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+        "model": model,
+        "method": method,
+        "dataset": dataset,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "gamma": gamma,
+        "depth": 3,
+        "topk": 2,
+        "batch_size": 1,
+        "max_new_tokens": 64,
+        "num_prompts": 8,
+        "split": "heldout",
+        "seed": 0,
         "selector": "ecospec" if method == "ecospec" else "confidence",
-        "drafter": "eagle3", "drafter_path": None, "predictor_checkpoint": "final" if method == "ecospec" else None,
-        "hardware": "Test CPU", "device": "cpu", "backend": "hf", "alpha": 2.0, "E": 10.0, "speedup": speedup,
-        "matches_ar": 1.0, "tokens_per_s": 100.0 * speedup,
-    }  # fmt: skip
+        "drafter": "eagle3",
+        "drafter_path": None,
+        "predictor_checkpoint": "final" if method == "ecospec" else None,
+        "hardware": "Test CPU",
+        "device": "cpu",
+        "backend": "hf",
+        "alpha": 2.0,
+        "E": 10.0,
+        "speedup": speedup,
+        "matches_ar": 1.0,
+        "tokens_per_s": 100.0 * speedup,
+    }
 
 
 DEFAULTS = {"tiny": {"default_drafter": "eagle3", "drafters": {"eagle3": None}, "predictor": "final"}}
@@ -53,8 +76,16 @@ def _frame(speedups: dict[tuple[str, int], float], datasets=("gsm8k", "humaneval
 
 def test_choice_averages_both_methods_and_ties_go_to_the_smaller_gamma():
     # EcoSpec alone peaks at 6, EAGLE-3 at 4: the average over both picks 5; 7 ties 5 and loses to it
-    s = {("eagle3", 4): 1.5, ("ecospec", 4): 1.3, ("eagle3", 5): 1.4, ("ecospec", 5): 1.6,
-         ("eagle3", 6): 1.1, ("ecospec", 6): 1.7, ("eagle3", 7): 1.5, ("ecospec", 7): 1.5}  # fmt: skip
+    s = {
+        ("eagle3", 4): 1.5,
+        ("ecospec", 4): 1.3,
+        ("eagle3", 5): 1.4,
+        ("ecospec", 5): 1.6,
+        ("eagle3", 6): 1.1,
+        ("ecospec", 6): 1.7,
+        ("eagle3", 7): 1.5,
+        ("ecospec", 7): 1.5,
+    }
     choice = choose(protocol_cells(_frame(s), DEFAULTS))
     got = choice.set_index("gamma")
     assert got.loc[5, "score"] == got.loc[7, "score"] == 1.5
@@ -153,11 +184,19 @@ def test_protocol_sweep_skips_missing_benchmarks_once_and_extends_gamma(tmp_path
     out = tmp_path / "exp"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     cmd = [
-        sys.executable, "run.py", "-m", "experiment=gamma_protocol", "model=tiny_random", "num_prompts=1",
-        "max_new_tokens=6", f"out_dir={out}", "progress=false", "ar_peer=none",
+        sys.executable,
+        "run.py",
+        "-m",
+        "experiment=gamma_protocol",
+        "model=tiny_random",
+        "num_prompts=1",
+        "max_new_tokens=6",
+        f"out_dir={out}",
+        "progress=false",
+        "ar_peer=none",
         "hydra.sweeper.grids=[{method:'baseline,ecospec',dataset:'humaneval,aime25',gamma:'2,3'}]",
         "hydra.sweeper.extend.upto=5",
-    ]  # fmt: skip
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]

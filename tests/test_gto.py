@@ -118,8 +118,9 @@ def trained_setup():
     target = tiny_model("qwen3_moe-a", seed=0)
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(3, target.config.vocab_size, (64,), generator=g) for _ in range(40)]
-    head = train_eagle3(target, seqs, default_head_config(target, intermediate_size=64), steps=60, lr=1e-2,
-                        batch_size=4, seq_len=32)  # fmt: skip
+    head = train_eagle3(
+        target, seqs, default_head_config(target, intermediate_size=64), steps=60, lr=1e-2, batch_size=4, seq_len=32
+    )
     return target, head, seqs, g
 
 
@@ -134,8 +135,9 @@ def test_gradients_reach_the_trained_head_through_branch_tokens_only(trained_set
     with torch.no_grad():  # M != M0, or every advantage is 0
         for p in trained.parameters():
             p.add_(0.05 * p.std() * torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype))
-    loss, stats = gto_terms(trained, ref, target, window, feats, GtoSettings(groups=2, group_size=8),
-                            torch.Generator().manual_seed(0))  # fmt: skip
+    loss, stats = gto_terms(
+        trained, ref, target, window, feats, GtoSettings(groups=2, group_size=8), torch.Generator().manual_seed(0)
+    )
     assert stats["accepted"] > 0
     loss.backward()
     assert all(p.grad is None for p in ref.parameters())
@@ -182,9 +184,20 @@ def test_gto_job_publishes_a_head_that_the_gto_methods_load(tmp_path, monkeypatc
     fast = ["model=tiny_random", "threads=1", "progress=false", f"out_dir={tmp_path}"]
     with pytest.raises(ConfigError, match="needs a GTO-trained EAGLE-3 head for model=tiny_random; make it with"):
         validate(_compose(*fast, "method=gto"))
-    job = _compose("experiment=gto", *fast, "gto.datasets=[humaneval]", "gto.num_prompts=4", "gto.response_tokens=8",
-                   "gto.steps=3", "gto.seq_len=16", "gto.groups=1", "gto.group_size=4", "gto.warmup_steps=1",
-                   "gto.save_every=2", "gto.lr=1e-3")  # fmt: skip
+    job = _compose(
+        "experiment=gto",
+        *fast,
+        "gto.datasets=[humaneval]",
+        "gto.num_prompts=4",
+        "gto.response_tokens=8",
+        "gto.steps=3",
+        "gto.seq_len=16",
+        "gto.groups=1",
+        "gto.group_size=4",
+        "gto.warmup_steps=1",
+        "gto.save_every=2",
+        "gto.lr=1e-3",
+    )
     rec = run_any(OmegaConf.to_container(job, resolve=True), tmp_path / "gto")
     assert rec["status"] == "ok", rec.get("traceback")
     assert rec["summary"]["sequences"] == 4 and any((tmp_path / "cache").rglob("gto/head/config.json"))

@@ -34,16 +34,39 @@ class Sometimes(Session):
 
 def _sometimes():
     base = method("confidence")
-    return MethodSpec(name="sometimes", label="Sometimes", colour="k", role="sometimes", predictor=None,
-                      buffered=False, rule=base.rule, session=Sometimes)  # fmt: skip
+    return MethodSpec(
+        name="sometimes",
+        label="Sometimes",
+        colour="k",
+        role="sometimes",
+        predictor=None,
+        buffered=False,
+        rule=base.rule,
+        session=Sometimes,
+    )
 
 
 def test_the_registry_is_the_selectors_and_says_what_each_needs():
-    assert names() == ("confidence", "chain", "global_cost", "ecospec", "evict", "cascade", "ecospec_adaptive",
-                       "oracle")  # fmt: skip
+    assert names() == (
+        "confidence",
+        "chain",
+        "global_cost",
+        "ecospec",
+        "evict",
+        "cascade",
+        "ecospec_adaptive",
+        "oracle",
+    )
     assert {m.name: m.predictor for m in methods()} == {
-        "confidence": None, "chain": None, "global_cost": "learned", "ecospec": "learned", "evict": None,
-        "cascade": None, "ecospec_adaptive": "learned", "oracle": "oracle"}  # fmt: skip
+        "confidence": None,
+        "chain": None,
+        "global_cost": "learned",
+        "ecospec": "learned",
+        "evict": None,
+        "cascade": None,
+        "ecospec_adaptive": "learned",
+        "oracle": "oracle",
+    }
     assert [m.name for m in methods() if m.buffered] == ["ecospec", "ecospec_adaptive", "oracle"]
     assert [m.name for m in methods() if m.cost_model] == ["evict", "cascade", "ecospec_adaptive"]
     with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, chain, global_cost"):
@@ -59,18 +82,28 @@ def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch,
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
     if head:
-        h = Eagle3Head(Eagle3Config(
-            hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=8, vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size, aux_hidden_layers=(0, 1, 2)))  # fmt: skip
+        h = Eagle3Head(
+            Eagle3Config(
+                hidden_size=cfg.hidden_size,
+                intermediate_size=64,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=8,
+                vocab_size=cfg.vocab_size,
+                draft_vocab_size=cfg.vocab_size,
+                target_hidden_size=cfg.hidden_size,
+                aux_hidden_layers=(0, 1, 2),
+            )
+        )
         init_random_weights(h, std=0.3, seed=0)
         drafter = Eagle3Drafter(h.double(), target.get_input_embeddings())
     else:
         drafter = DraftModelDrafter(perturbed_copy(target, 0.05, seed=1))
     ids = torch.randint(3, cfg.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
     ar = ecospec.generate(target, ids, max_new_tokens=24, eos_token_id=[])
-    res = ecospec.generate(target, ids, drafter=drafter, selector="sometimes", gamma=4, max_new_tokens=24,
-                           eos_token_id=[])  # fmt: skip
+    res = ecospec.generate(
+        target, ids, drafter=drafter, selector="sometimes", gamma=4, max_new_tokens=24, eos_token_id=[]
+    )
     assert res.tokens == ar.tokens
     assert sum(st.verified == 1 for st in res.steps) >= 3  # the AR steps the session asked for
     assert any(st.verified > 1 for st in res.steps)
@@ -78,10 +111,19 @@ def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch,
 
 def _head_drafter(target):
     cfg = target.config
-    h = Eagle3Head(Eagle3Config(
-        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
-        aux_hidden_layers=(0, 1, 2)))  # fmt: skip
+    h = Eagle3Head(
+        Eagle3Config(
+            hidden_size=cfg.hidden_size,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            vocab_size=cfg.vocab_size,
+            draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size,
+            aux_hidden_layers=(0, 1, 2),
+        )
+    )
     init_random_weights(h, std=0.3, seed=0)
     return Eagle3Drafter(h.to(target.dtype), target.get_input_embeddings())
 
@@ -94,8 +136,16 @@ def test_the_chain_drafts_gamma_minus_one_single_rows_and_verifies_them_all():
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
     ar = ecospec.generate(target, ids, max_new_tokens=24, eos_token_id=[])
-    res = ecospec.generate(target, ids, drafter=_head_drafter(target), selector="chain", gamma=5, max_new_tokens=24,
-                           eos_token_id=[], trace=True)  # fmt: skip
+    res = ecospec.generate(
+        target,
+        ids,
+        drafter=_head_drafter(target),
+        selector="chain",
+        gamma=5,
+        max_new_tokens=24,
+        eos_token_id=[],
+        trace=True,
+    )
     assert res.tokens == ar.tokens
     for st in res.steps:
         assert st.drafted_depth == 4 and st.trace.parents == [-1, 0, 1, 2, 3] and st.trace.depths == [0, 1, 2, 3, 4]

@@ -96,10 +96,17 @@ def test_attention_layouts():
 def test_full_size_configs_on_meta():
     # Qwen3-235B-A22B and DeepSeek-V3 shapes: counted without allocating anything
     qwen = Qwen3MoeConfig(
-        vocab_size=151936, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
-        num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
-        num_experts=128, num_experts_per_tok=8,
-    )  # fmt: skip
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        moe_intermediate_size=1536,
+        num_hidden_layers=94,
+        num_attention_heads=64,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+    )
     info = config_moe_info(qwen)
     assert info.num_experts == 128 and info.top_k == 8 and len(info.moe_layers) == 94
     assert 234.5e9 < info.total_params < 235.5e9

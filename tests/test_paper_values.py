@@ -15,9 +15,20 @@ import pytest
 
 PAPER_DIR = Path(__file__).resolve().parents[1] / "src" / "ecospec" / "report" / "paper"
 COLUMNS = [
-    "table", "model", "method", "dataset", "temperature", "gamma", "batch_size", "setting",
-    "metric", "value", "unit", "row_label", "col_label",
-]  # fmt: skip
+    "table",
+    "model",
+    "method",
+    "dataset",
+    "temperature",
+    "gamma",
+    "batch_size",
+    "setting",
+    "metric",
+    "value",
+    "unit",
+    "row_label",
+    "col_label",
+]
 KEY = ("table", "model", "method", "dataset", "temperature", "gamma", "batch_size", "setting", "metric")
 MODELS = {"qwen3", "gptoss", "deepseek"}
 METHODS = {"ar", "eagle3", "mtp", "ecospec", "global_cost", "oracle", "gto", "gto_ecospec", "predictor"}
@@ -57,9 +68,11 @@ def _value(table: int, model: str, method: str, metric: str, **axes: str) -> flo
     hits = [
         r
         for r in TABLES[table][1]
-        if r["model"] == model and r["method"] == method and r["metric"] == metric
+        if r["model"] == model
+        and r["method"] == method
+        and r["metric"] == metric
         and all(r[k] == str(v) for k, v in axes.items())
-    ]  # fmt: skip
+    ]
     assert len(hits) == 1, (table, model, method, metric, axes, len(hits))
     return float(hits[0]["value"])
 
@@ -106,9 +119,11 @@ def test_table3_shape_and_sums():
     # AR: E, per-token latency, alpha, speedup; baseline adds T_draft, T_verify; EcoSpec adds T_pred.
     assert per_row == {
         **{(m, "ar"): 4 for m in MODELS},
-        ("qwen3", "eagle3"): 6, ("gptoss", "eagle3"): 6, ("deepseek", "mtp"): 6,
+        ("qwen3", "eagle3"): 6,
+        ("gptoss", "eagle3"): 6,
+        ("deepseek", "mtp"): 6,
         **{(m, "ecospec"): 7 for m in MODELS},
-    }  # fmt: skip
+    }
     for r in rows:
         assert (r["temperature"], r["gamma"], r["batch_size"], r["dataset"]) == ("0", "4", "1", "")
     for model, method in per_row:
@@ -116,9 +131,10 @@ def test_table3_shape_and_sums():
             assert _value(3, model, method, "t_step_s", setting="per_token") > 0
             continue
         parts = sum(
-            _value(3, model, method, m) for m in ("t_pred_s", "t_draft_s", "t_verify_s")
+            _value(3, model, method, m)
+            for m in ("t_pred_s", "t_draft_s", "t_verify_s")
             if any(r["model"] == model and r["method"] == method and r["metric"] == m for r in rows)
-        )  # fmt: skip
+        )
         assert parts == pytest.approx(_value(3, model, method, "t_step_s"), abs=1.5e-3)
 
 

@@ -35,15 +35,35 @@ def _decode(target, drafter, predictor):
 
     ids = torch.tensor([PROMPT])
     ar = ecospec.generate(target, ids, max_new_tokens=10, eos_token_id=[])
-    sd = ecospec.generate(target, ids, drafter=drafter, selector="ecospec", predictor=predictor, max_new_tokens=10,
-                          eos_token_id=[], trace=True)  # fmt: skip
-    batch = ecospec.generate_batch(target, [PROMPT, PROMPT[:6]], drafter=drafter, selector="ecospec",
-                                   predictor=predictor, max_new_tokens=10, eos_token_id=[])  # fmt: skip
+    sd = ecospec.generate(
+        target,
+        ids,
+        drafter=drafter,
+        selector="ecospec",
+        predictor=predictor,
+        max_new_tokens=10,
+        eos_token_id=[],
+        trace=True,
+    )
+    batch = ecospec.generate_batch(
+        target,
+        [PROMPT, PROMPT[:6]],
+        drafter=drafter,
+        selector="ecospec",
+        predictor=predictor,
+        max_new_tokens=10,
+        eos_token_id=[],
+    )
     with torch.no_grad(), RoutingCapture(target) as cap:
         target(ids)
         routes = cap.take().tolist()
-    return {"ar": ar.tokens, "sd": sd.tokens, "routes": routes, "steps": [s.trace.routes for s in sd.steps],
-            "batch": [r.tokens for r in batch.results]}  # fmt: skip
+    return {
+        "ar": ar.tokens,
+        "sd": sd.tokens,
+        "routes": routes,
+        "steps": [s.trace.routes for s in sd.steps],
+        "batch": [r.tokens for r in batch.results],
+    }
 
 
 def _components(target, preset):
@@ -52,16 +72,25 @@ def _components(target, preset):
     from ecospec.predictor import ExpertPredictor
 
     draft = perturbed_copy(tiny_model(preset, seed=0, dtype=torch.float64), scale=0.1, seed=1)  # replicated
-    backbone = {"model_type": "qwen3", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64,
-                "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}  # fmt: skip
+    backbone = {
+        "model_type": "qwen3",
+        "vocab_size": 8,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+    }
     torch.manual_seed(3)
     return DraftModelDrafter(draft), ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
 
 
 def _worker(rank: int, port: int, ckpt: str, out: str) -> None:
     """One rank: every family under tp (and ep where it runs), results to out/<rank>.json."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))  # fmt: skip
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     from ecospec.models import load_target
     from ecospec.parallel import init_group
@@ -70,8 +99,13 @@ def _worker(rank: int, port: int, ckpt: str, out: str) -> None:
     results = {}
     for mode, presets in (("tp", FAMILIES), ("ep", EP_FAMILIES)):
         for preset in presets:
-            target = load_target(f"{ckpt}/{preset}", dtype=torch.float64, attn_implementation="eager",
-                                 experts_implementation="eager", parallel=mode)  # fmt: skip
+            target = load_target(
+                f"{ckpt}/{preset}",
+                dtype=torch.float64,
+                attn_implementation="eager",
+                experts_implementation="eager",
+                parallel=mode,
+            )
             results[f"{mode}/{preset}"] = _decode(target, *_components(target, preset))
             results[f"{mode}/{preset}"]["share"] = local_share(target)
     Path(out, f"{rank}.json").write_text(json.dumps(results))
@@ -95,8 +129,9 @@ def sharded(tmp_path_factory):
         tiny_model(preset, seed=0, dtype=torch.float64).save_pretrained(ckpt / preset)
         from ecospec.models import load_target
 
-        target = load_target(str(ckpt / preset), dtype=torch.float64, attn_implementation="eager",
-                             experts_implementation="eager")  # fmt: skip
+        target = load_target(
+            str(ckpt / preset), dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+        )
         single[preset] = _decode(target, *_components(target, preset))
     mp.start_processes(_worker, args=(_free_port(), str(ckpt), str(out)), nprocs=2, join=True, start_method="spawn")
     ranks = [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
@@ -125,10 +160,12 @@ def test_plans_and_validation_messages():
     model = {"name": "tiny_random", "source": "random", "preset": "gpt_oss-a", "parallel": "ep"}
     with pytest.raises(ConfigError, match="model.parallel='ep': model=tiny_random \\(gpt_oss\\): transformers'"):
         validate_parallel({"model": model, "ranks": 2})
-    cases = [({"parallel": "pp"}, 2, "model.parallel='pp': allowed: device_map, tp, ep"),
-             ({"parallel": "tp"}, 1, "ranks=1: model.parallel=tp shards the target over ranks"),
-             ({"parallel": "device_map"}, 2, "ranks=2: model.parallel=device_map runs one process"),
-             ({"parallel": "tp", "device_map": "auto"}, 2, "model.device_map='auto': model.parallel=tp")]  # fmt: skip
+    cases = [
+        ({"parallel": "pp"}, 2, "model.parallel='pp': allowed: device_map, tp, ep"),
+        ({"parallel": "tp"}, 1, "ranks=1: model.parallel=tp shards the target over ranks"),
+        ({"parallel": "device_map"}, 2, "ranks=2: model.parallel=device_map runs one process"),
+        ({"parallel": "tp", "device_map": "auto"}, 2, "model.device_map='auto': model.parallel=tp"),
+    ]
     for extra, ranks, msg in cases:
         with pytest.raises(ConfigError, match=msg.replace("(", "\\(").replace(")", "\\)")):
             validate_parallel({"model": {"source": "random", "preset": "qwen3_moe-a", **extra}, "ranks": ranks})
@@ -138,12 +175,19 @@ def test_plans_and_validation_messages():
 def test_run_py_cell_with_two_ranks_equals_the_single_process_cell(tmp_path):
     """The issue's command: python run.py model=tiny_random model.parallel=tp ranks=2 method=ecospec (rank 0 alone
     writes the record; its outputs equal the one-process cell's)."""
-    common = ["model=tiny_random", "method=ecospec", "num_prompts=2", "max_new_tokens=8", "progress=false",
-              f"out_dir={tmp_path}"]  # fmt: skip
+    common = [
+        "model=tiny_random",
+        "method=ecospec",
+        "num_prompts=2",
+        "max_new_tokens=8",
+        "progress=false",
+        f"out_dir={tmp_path}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ECOSPEC_CACHE": str(tmp_path / "cache")}
     for extra in (["model.parallel=tp", "ranks=2"], []):
-        out = subprocess.run([sys.executable, "run.py", *common, *extra], cwd=ROOT, capture_output=True, text=True,
-                             timeout=600, env=env)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "run.py", *common, *extra], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
+        )
         assert out.returncode == 0, out.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in sorted((tmp_path / "default").glob("*/result.json"))]
     by_ranks = {r["env"]["ranks"]: r for r in records}
@@ -167,8 +211,10 @@ def test_a_failing_rank_fails_the_cell_and_nobody_hangs(tmp_path):
     from omegaconf import OmegaConf
     from test_experiment import _compose
 
-    cfg = OmegaConf.to_container(_compose("model=tiny_random", "model.parallel=tp", "ranks=2", "dist_timeout_s=60",
-                                          f"out_dir={tmp_path}"), resolve=True)  # fmt: skip
+    cfg = OmegaConf.to_container(
+        _compose("model=tiny_random", "model.parallel=tp", "ranks=2", "dist_timeout_s=60", f"out_dir={tmp_path}"),
+        resolve=True,
+    )
     t0 = time.perf_counter()
     rec = run_job(cfg, tmp_path / "cell", _dies_on_rank_1)
     assert time.perf_counter() - t0 < 60  # the spawner stopped rank 0: no collective timeout was needed
@@ -191,8 +237,16 @@ def test_traces_job_under_tp_writes_once_and_equals_one_process(tmp_path, monkey
     for name, extra in (("one", []), ("tp", ["model.parallel=tp", "ranks=2"])):
         monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path / name / "cache"))
         (tmp_path / name / "cache").mkdir(parents=True)
-        cfg = _compose("experiment=traces", "model=tiny_random", "dataset=humaneval", "num_prompts=3",
-                       "traces.response_tokens=4", "progress=false", f"out_dir={tmp_path / name}", *extra)  # fmt: skip
+        cfg = _compose(
+            "experiment=traces",
+            "model=tiny_random",
+            "dataset=humaneval",
+            "num_prompts=3",
+            "traces.response_tokens=4",
+            "progress=false",
+            f"out_dir={tmp_path / name}",
+            *extra,
+        )
         rec = run_traces(OmegaConf.to_container(cfg, resolve=True), tmp_path / name / "job")
         assert rec["status"] == "ok", rec.get("error")
         made[name] = Path(rec["summary"]["trace_dir"])

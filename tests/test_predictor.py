@@ -238,8 +238,17 @@ def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path
         torch.manual_seed(0)
         return ExpertPredictor.from_target(target, backbone_config(num_hidden_layers=1))
 
-    kw = dict(steps=12, lr=1e-3, batch_size=4, window=16, eval_every=3, checkpoint_at_accuracy={"lvl": 0.0},
-              split=(list(range(30)), list(range(30, 40))), resume=True, save_every_s=0)  # fmt: skip
+    kw = dict(
+        steps=12,
+        lr=1e-3,
+        batch_size=4,
+        window=16,
+        eval_every=3,
+        checkpoint_at_accuracy={"lvl": 0.0},
+        split=(list(range(30)), list(range(30, 40))),
+        resume=True,
+        save_every_s=0,
+    )
     ref = train_predictor(fresh(), tr, out_dir=tmp_path / "ref", **kw)
 
     def killed_at(step, steps, loss, acc):

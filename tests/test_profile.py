@@ -11,8 +11,10 @@ from ecospec.bench.profile import ProfileMissing, load_profile, measure
 
 
 def test_the_fit_recovers_a_known_line():
-    recs = [{"gamma": g, "E": e, "t_pass_s": 0.002 + 0.0003 * g + 0.00001 * e * 4} for g, e in
-            [(1, 2), (2, 3), (2, 4), (4, 5), (4, 8), (6, 7), (6, 12)]]  # fmt: skip
+    recs = [
+        {"gamma": g, "E": e, "t_pass_s": 0.002 + 0.0003 * g + 0.00001 * e * 4}
+        for g, e in [(1, 2), (2, 3), (2, 4), (4, 5), (4, 8), (6, 7), (6, 12)]
+    ]
     a, b, c, r2, n = fit_verify(recs, layers=4)
     assert (a, b, c) == pytest.approx((0.002, 0.0003, 0.00001)) and r2 == pytest.approx(1.0) and n == 7
     with pytest.raises(ValueError, match="three distinct"):

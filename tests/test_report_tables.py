@@ -76,8 +76,14 @@ def _record(recs, **want) -> dict:
     """A deep copy of the first ok synthetic record whose config matches `want` (model, method, dataset, ...)."""
     for r in recs:
         c = r["config"]
-        have = {"model": c["model"]["name"], "method": c["method"]["name"], "dataset": c["dataset"]["name"],
-                "temperature": c["temperature"], "gamma": c["gamma"], "batch_size": c["batch_size"]}  # fmt: skip
+        have = {
+            "model": c["model"]["name"],
+            "method": c["method"]["name"],
+            "dataset": c["dataset"]["name"],
+            "temperature": c["temperature"],
+            "gamma": c["gamma"],
+            "batch_size": c["batch_size"],
+        }
         if r["status"] == "ok" and all(have.get(k, c.get(k)) == v for k, v in want.items()):
             return copy.deepcopy(r)
     raise LookupError(want)
@@ -131,8 +137,14 @@ def test_a_gto_head_at_the_default_path_is_table_5s_only(recs):
     alone, never to Table 9's (or Table 1's) EcoSpec cells."""
     from ecospec.report.tables import cells09, table05_drafters
 
-    base = next(r for r in recs if r["experiment"] == "table9" and r["config"]["model"]["name"] == "tiny"
-                and r["status"] == "ok" and r["config"]["model"]["predictor"]["checkpoint"] == "final")  # fmt: skip
+    base = next(
+        r
+        for r in recs
+        if r["experiment"] == "table9"
+        and r["config"]["model"]["name"] == "tiny"
+        and r["status"] == "ok"
+        and r["config"]["model"]["predictor"]["checkpoint"] == "final"
+    )
     gto = copy.deepcopy(base)
     gto["config"]["method"] = {"name": "gto_ecospec", "drafter": "gto", "selector": "ecospec", "predictor": "learned"}
     gto["config"]["model"]["drafters"]["gto"] = {"path": None, "layout": "eagle"}
@@ -188,8 +200,9 @@ def test_average_is_the_mean_over_the_benchmarks_present(recs):
     assert row["Avg speedup"] == pytest.approx(1.5)  # (1.0 + 2.0 + 1.5) / 3
     assert row["Avg alpha"] == pytest.approx(2.5) and row["Avg E"] == pytest.approx(15.0)
     assert list(t1["Benchmarks"]) == ["GSM8K, HumanEval, MT-Bench"]  # what the Avg averages
-    assert list(t1.columns[5:]) == [f"{b} {m}" for b in ("GSM8K", "HumanEval", "MT-Bench", "Avg")
-                                    for m in ("speedup", "alpha", "E")]  # fmt: skip
+    assert list(t1.columns[5:]) == [
+        f"{b} {m}" for b in ("GSM8K", "HumanEval", "MT-Bench", "Avg") for m in ("speedup", "alpha", "E")
+    ]
     assert (t1["Source"] == "paper").sum() == 0  # the tiny model is not in the paper
 
 
@@ -218,11 +231,15 @@ def test_paper_values_beside_ours_tables_2_and_3(frame, defaults):
     assert t3.loc[t3["Source"] == "paper", ["E", "t_step_s", "alpha", "speedup"]].notna().all().all()
     assert (t3["Source"] == "paper").sum() == paper["row_label"].nunique()  # every row of the paper's Table 3
     assert eco.iloc[0]["E"] == pytest.approx(
-        frame.query("status == 'ok' and model == 'qwen3' and method == 'ecospec' and temperature == 0 and gamma == 4"
-                    " and batch_size == 1"
-                    " and predictor_checkpoint == 'final' and drafter_path.str.startswith('RedHat')")
-        .sort_values("finished").drop_duplicates("dataset", keep="last")["E"].mean()
-    )  # fmt: skip
+        frame.query(
+            "status == 'ok' and model == 'qwen3' and method == 'ecospec' and temperature == 0 and gamma == 4"
+            " and batch_size == 1"
+            " and predictor_checkpoint == 'final' and drafter_path.str.startswith('RedHat')"
+        )
+        .sort_values("finished")
+        .drop_duplicates("dataset", keep="last")["E"]
+        .mean()
+    )
     md = to_markdown(_table(t3, "t3"))
     assert "| paper" in md and "0.73" in md
     t2 = table02_hbm(frame, defaults)
@@ -343,8 +360,10 @@ def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     measure the eager regime; its frame row says its engine."""
     from ecospec.report.engines import from_frame, table
 
-    pair = [_record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
-            for m in ("ecospec", "eagle3")]  # fmt: skip
+    pair = [
+        _record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
+        for m in ("ecospec", "eagle3")
+    ]
     for r in pair:
         r["experiment"] = "engines"  # one run, both engines (experiment=engines)
     compiled = copy.deepcopy(pair)

@@ -55,9 +55,18 @@ def _steps(seq: np.ndarray, accepted: list[int], prompt="p/0", start: int = 0) -
     for step, a in enumerate(accepted):
         block = [seq[pos + j] if j <= a else _random_routes(1, int(rng.integers(1000)))[0] for j in range(4)]
         routes = np.stack(block, axis=1)  # [layers, block tokens, k]
-        out.append({"prompt": prompt, "turn": 0, "step": start + step, "tokens": [0, 1, 2, 3],
-                    "parents": [-1, 0, 1, 2], "depths": [0, 1, 2, 3], "path": list(range(a + 1)),
-                    "routes": routes.tolist()})  # fmt: skip
+        out.append(
+            {
+                "prompt": prompt,
+                "turn": 0,
+                "step": start + step,
+                "tokens": [0, 1, 2, 3],
+                "parents": [-1, 0, 1, 2],
+                "depths": [0, 1, 2, 3],
+                "path": list(range(a + 1)),
+                "routes": routes.tolist(),
+            }
+        )
         pos += a + 1
     return out
 
@@ -82,8 +91,13 @@ def test_sequence_routes_concatenate_the_accepted_paths_in_step_order():
 def test_first_rejected_and_overlaps_on_a_hand_made_block():
     # root 0; 1, 2 children of the root; 3, 4 children of 1; 5 child of 3; 6 child of 2. Accepted: 0 -> 1 -> 3.
     sets = [(0, 1), (0, 2), (1, 2), (0, 2), (5, 6), (0, 3), (2, 4)]  # one layer, k = 2
-    step = {"tokens": list(range(7)), "parents": [-1, 0, 0, 1, 1, 3, 2], "depths": [0, 1, 1, 2, 2, 3, 2],
-            "path": [0, 1, 3], "routes": [[list(s) for s in sets]]}  # fmt: skip
+    step = {
+        "tokens": list(range(7)),
+        "parents": [-1, 0, 0, 1, 1, 3, 2],
+        "depths": [0, 1, 1, 2, 2, 3, 2],
+        "path": [0, 1, 3],
+        "routes": [[list(s) for s in sets]],
+    }
     t = step_draft_tokens(step)
     assert t.depth.tolist() == [1, 1, 2, 2, 3, 2]
     assert t.accepted.tolist() == [True, False, True, False, False, False]
@@ -97,8 +111,9 @@ def test_first_rejected_and_overlaps_on_a_hand_made_block():
 
 
 def _tokens(depth, accepted, first_rejected, overlap, anchor) -> DraftTokens:
-    return DraftTokens(np.array(depth), np.array(accepted), np.array(first_rejected), np.array(overlap, float),
-                       np.array(anchor, float))  # fmt: skip
+    return DraftTokens(
+        np.array(depth), np.array(accepted), np.array(first_rejected), np.array(overlap, float), np.array(anchor, float)
+    )
 
 
 def test_accepted_vs_first_rejected_by_depth():
@@ -143,9 +158,21 @@ def test_paper_table_1_and_11_predicted_te_from_its_own_inputs():
 
 
 def _cost(**changes) -> ModelCost:
-    base = dict(name="tiny", num_layers=4, moe_layers=4, num_experts=32, top_k=4, expert_params=1000,
-                expert_bytes=4000.0, dense_params=20000, embedding_params=0, other_params=0, dense_bytes=80000.0,
-                shared_expert_params=0, storage={})  # fmt: skip
+    base = dict(
+        name="tiny",
+        num_layers=4,
+        moe_layers=4,
+        num_experts=32,
+        top_k=4,
+        expert_params=1000,
+        expert_bytes=4000.0,
+        dense_params=20000,
+        embedding_params=0,
+        other_params=0,
+        dense_bytes=80000.0,
+        shared_expert_params=0,
+        storage={},
+    )
     return ModelCost(**{**base, **changes})
 
 
@@ -156,10 +183,17 @@ def _frame(records):
 def _k3(recs) -> list[dict]:
     """The tiny model's greedy B = 1 SD records at gamma 4 (K = 3: the cells the overlap paper's analyses use; the
     tiny model's own gamma, its Table 1 cells', is another)."""
-    return [r for r in recs if r["status"] == "ok" and r["config"]["model"]["name"] == "tiny"
-            and r["config"]["method"]["name"] != "ar" and r["config"]["gamma"] == 4
-            and r["config"]["temperature"] == 0 and r["config"]["batch_size"] == 1
-            and r["config"].get("expert_budget") is None]  # fmt: skip
+    return [
+        r
+        for r in recs
+        if r["status"] == "ok"
+        and r["config"]["model"]["name"] == "tiny"
+        and r["config"]["method"]["name"] != "ar"
+        and r["config"]["gamma"] == 4
+        and r["config"]["temperature"] == 0
+        and r["config"]["batch_size"] == 1
+        and r["config"].get("expert_budget") is None
+    ]
 
 
 def test_te_measured_and_predicted_on_a_synthetic_record(recs):
@@ -191,12 +225,26 @@ def test_routing_tables_and_figures_are_written(recs, tmp_path):
     from ecospec.report import build
 
     traced = [r for r in recs if r.get("trace")]
-    ar = [r for r in recs if r["experiment"] == "table1" and r["config"]["model"]["name"] == "tiny"
-          and r["config"]["method"]["name"] == "ar" and r["status"] == "ok"]  # fmt: skip
+    ar = [
+        r
+        for r in recs
+        if r["experiment"] == "table1"
+        and r["config"]["model"]["name"] == "tiny"
+        and r["config"]["method"]["name"] == "ar"
+        and r["status"] == "ok"
+    ]
     _write(tmp_path / "experiments", traced[:6] + ar[:4] + _k3(recs)[:2])
     written = {p.name for p in build([tmp_path / "experiments"], tmp_path / "reports")}
-    for name in ("overlap_te_paper", "overlap_te", "overlap_step1", "overlap_distance", "overlap_layers",
-                 "overlap_unique", "overlap_acceptance", "overlap_heldout"):  # fmt: skip
+    for name in (
+        "overlap_te_paper",
+        "overlap_te",
+        "overlap_step1",
+        "overlap_distance",
+        "overlap_layers",
+        "overlap_unique",
+        "overlap_acceptance",
+        "overlap_heldout",
+    ):
         assert {f"{name}.md", f"{name}.tex", f"{name}.csv"} <= written, name
     for fig in ("fig_overlap_distance_tiny", "fig_layer_overlap_tiny", "fig_ipf_unique", "fig_accept_overlap_tiny"):
         assert {f"{fig}.png", f"{fig}.pdf"} <= written, fig
@@ -259,11 +307,18 @@ def test_tiny_build_traces_are_a_corpus_source(recs, tmp_path, monkeypatch):
     folder = paths("full")["traces"]  # under the test's ECOSPEC_CACHE
     folder.mkdir(parents=True)
     routes = np.concatenate([_random_routes(30, seed=s) for s in range(3)]).astype(np.uint8)
-    np.savez(folder / "shard-00000.npz", tokens=np.zeros(90, np.int32), offsets=np.array([0, 30, 60, 90]),
-             routes=routes)  # fmt: skip
+    np.savez(
+        folder / "shard-00000.npz", tokens=np.zeros(90, np.int32), offsets=np.array([0, 30, 60, 90]), routes=routes
+    )
     target = {"family": "qwen3_moe", "moe_layers": list(range(LAYERS)), "num_experts": N, "top_k": K}
-    manifest = {"format": FORMAT, "target": target, "shard_size": 256, "samples": 3, "tokens": 90,
-                "shards": [{"file": "shard-00000.npz", "first_sample": 0, "samples": 3, "tokens": 90}]}  # fmt: skip
+    manifest = {
+        "format": FORMAT,
+        "target": target,
+        "shard_size": 256,
+        "samples": 3,
+        "tokens": 90,
+        "shards": [{"file": "shard-00000.npz", "first_sample": 0, "samples": 3, "tokens": 90}],
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     frame = _frame([r for r in recs if r["config"]["model"]["name"] == "tiny"][:10])
     data = collect(frame, {"tiny": {"name": "tiny", "source": "tiny", "budget": "full"}, "qwen3": {"source": "hf"}})

@@ -87,8 +87,9 @@ def test_sd_sampling_matches_target(small_vocab, temperature, top_p):
     assert multi > RUNS // 10, "drafts should often be accepted, otherwise the test checks little"
     assert pvalue(counts, expected) > 1e-3
     if temperature == 1.0:  # the enumeration itself, checked against AR sampling once (RUNS rows, one batch)
-        res = ecospec.generate_batch(target, [ids[0]] * RUNS, temperature=1.0, max_new_tokens=3,
-                                     seed=list(range(RUNS)), eos_token_id=[])  # fmt: skip
+        res = ecospec.generate_batch(
+            target, [ids[0]] * RUNS, temperature=1.0, max_new_tokens=3, seed=list(range(RUNS)), eos_token_id=[]
+        )
         ar = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
         for r in res.results:
             ar[r.tokens[1] * VOCAB + r.tokens[2]] += 1
@@ -149,8 +150,18 @@ def test_batched_sd_sampling_matches_target_per_sequence(small_vocab):
     drafter, multi, copies = DraftModelDrafter(draft), 0, 16  # 16 copies of the 3 prompts per batch, own seeds
     for call in range(RUNS // copies):
         seeds = [call * copies + c for c in range(copies) for _ in prompts]
-        res = ecospec.generate_batch(target, prompts * copies, drafter=drafter, gamma=4, depth=2, topk=2,
-                                     temperature=1.0, max_new_tokens=3, seed=seeds, eos_token_id=[])  # fmt: skip
+        res = ecospec.generate_batch(
+            target,
+            prompts * copies,
+            drafter=drafter,
+            gamma=4,
+            depth=2,
+            topk=2,
+            temperature=1.0,
+            max_new_tokens=3,
+            seed=seeds,
+            eos_token_id=[],
+        )
         assert res.steps[0].sequences == 3 * copies
         for i, r in enumerate(res.results):
             a, b = r.tokens[1:3]

@@ -12,8 +12,11 @@ from ecospec.analysis.sizing import GPU_MEMORY, QUANTIZED, size
 from ecospec.experiment.config import ConfigError, validate_job
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZED = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")
-               if (load_model_config(p.stem).get("facts") or {}).get("hf_config"))  # fmt: skip
+SIZED = sorted(
+    p.stem
+    for p in (ROOT / "conf" / "model").glob("*.yaml")
+    if (load_model_config(p.stem).get("facts") or {}).get("hf_config")
+)
 
 
 def _compose(*overrides: str):
@@ -47,6 +50,7 @@ def test_validation_refuses_what_a_node_would():
     with pytest.raises(ConfigError, match="256 experts cannot be divided over 3 ranks"):
         validate_job(_compose("model=deepseek", "model.parallel=ep", "ranks=3", "method=ar"))
     with pytest.raises(ConfigError, match="ranks=12 is not a multiple of the 8 GPUs per node"):
-        validate_job(_compose("model=deepseek", "ranks=12", "cluster=slurm_gpu", "hydra.launcher.gpus_per_node=8",
-                              "method=ar"))  # fmt: skip
+        validate_job(
+            _compose("model=deepseek", "ranks=12", "cluster=slurm_gpu", "hydra.launcher.gpus_per_node=8", "method=ar")
+        )
     validate_job(_compose("model=qwen3", "model.parallel=tp", "model.device_map=null", "ranks=4", "method=ar"))

@@ -73,9 +73,19 @@ def test_submitit_array_runs_under_slurm(slurm_cluster, tmp_path):
 def test_run_py_sweep_on_slurm(slurm_cluster, tmp_path):
     out = tmp_path / "exp"
     cmd = [
-        sys.executable, "run.py", "-m", "model=tiny_random", "method=ar,ecospec", "dataset=humaneval",
-        "num_prompts=1", "max_new_tokens=8", "cluster=slurm", f"out_dir={out}", "name=slurmtest", "logger=none",
-    ]  # fmt: skip
+        sys.executable,
+        "run.py",
+        "-m",
+        "model=tiny_random",
+        "method=ar,ecospec",
+        "dataset=humaneval",
+        "num_prompts=1",
+        "max_new_tokens=8",
+        "cluster=slurm",
+        f"out_dir={out}",
+        "name=slurmtest",
+        "logger=none",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     job_logs = "\n".join(f"---- {p}\n{p.read_text()[-2000:]}" for p in sorted(out.rglob(".submitit/*/*_log.err")))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{job_logs}"
@@ -96,9 +106,20 @@ def test_tensor_parallel_cell_is_one_job_with_a_task_per_rank(slurm_cluster, tmp
     by default (offline here), one run per cell, written by rank 0 alone."""
     out, env = tmp_path / "exp", {**_store_env(tmp_path), "WANDB_MODE": "offline"}
     cmd = [
-        sys.executable, "run.py", "-m", "model=tiny_random", "model.parallel=tp", "ranks=2", "method=ecospec",
-        "num_prompts=2", "max_new_tokens=8", "cluster=slurm", f"out_dir={out}", "name=tp", "progress=false",
-    ]  # fmt: skip
+        sys.executable,
+        "run.py",
+        "-m",
+        "model=tiny_random",
+        "model.parallel=tp",
+        "ranks=2",
+        "method=ecospec",
+        "num_prompts=2",
+        "max_new_tokens=8",
+        "cluster=slurm",
+        f"out_dir={out}",
+        "name=tp",
+        "progress=false",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{_job_logs(out)}"
     (path,) = sorted((out / "tp").rglob("result.json"))
@@ -131,9 +152,18 @@ def _job_logs(out: Path) -> str:
 def test_traces_job_is_one_array_task_per_dataset(slurm_cluster, tmp_path):
     out, env = tmp_path / "exp", _store_env(tmp_path)
     cmd = [
-        sys.executable, "run.py", "-m", "experiment=traces", "model=tiny_random", "dataset=humaneval,math500",
-        "num_prompts=6", "traces.response_tokens=4", "cluster=slurm", f"out_dir={out}", "progress=false",
-    ]  # fmt: skip
+        sys.executable,
+        "run.py",
+        "-m",
+        "experiment=traces",
+        "model=tiny_random",
+        "dataset=humaneval,math500",
+        "num_prompts=6",
+        "traces.response_tokens=4",
+        "cluster=slurm",
+        f"out_dir={out}",
+        "progress=false",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{_job_logs(out)}"
     records = [json.loads(p.read_text()) for p in sorted((out / "traces").rglob("result.json"))]
@@ -156,10 +186,20 @@ def _manifest_samples(path: Path) -> int:
 def test_requeued_traces_task_continues_without_duplicates(slurm_cluster, tmp_path):
     out, env = tmp_path / "exp", _store_env(tmp_path)
     cmd = [
-        sys.executable, "run.py", "-m", "experiment=traces", "model=tiny_random", "dataset=humaneval",
-        "num_prompts=100", "traces.response_tokens=64", "traces.batch_size=2", "traces.shard_size=2", "cluster=slurm",
-        f"out_dir={out}", "progress=false",
-    ]  # fmt: skip
+        sys.executable,
+        "run.py",
+        "-m",
+        "experiment=traces",
+        "model=tiny_random",
+        "dataset=humaneval",
+        "num_prompts=100",
+        "traces.response_tokens=64",
+        "traces.batch_size=2",
+        "traces.shard_size=2",
+        "cluster=slurm",
+        f"out_dir={out}",
+        "progress=false",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     manifests = tmp_path / "cache" / "store"
     deadline = time.monotonic() + 300
@@ -195,9 +235,22 @@ def test_make_paper_chains_the_stages_with_slurm_dependencies(slurm_cluster, tmp
     )
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["make", "-s", "paper", "MODEL=tiny_random", "CLUSTER=slurm", "DATASETS=humaneval", f"PYTHON={sys.executable}",
-         f"ARGS={args}"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "paper",
+            "MODEL=tiny_random",
+            "CLUSTER=slurm",
+            "DATASETS=humaneval",
+            f"PYTHON={sys.executable}",
+            f"ARGS={args}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     submitted = {s: json.loads((out / s / "submitted.json").read_text()) for s in ("traces", "predictor", "table1")}
     assert submitted["predictor"]["after"] == submitted["traces"]["array_job_id"]

@@ -22,10 +22,23 @@ GAMMA, DEPTH, TOPK = 5, 3, 2
 
 def _drafter(variant: str) -> Eagle3Drafter:
     extra = {} if variant == "plain" else {"qk_norm": True, "norm_before_fc": True, "draft_vocab_size": 48}
-    head = Eagle3Head(Eagle3Config(**{
-        "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-        "vocab_size": 64, "draft_vocab_size": 64, "target_hidden_size": 16, "aux_hidden_layers": (0, 1, 2), **extra,
-    }), has_embed_tokens=True)  # fmt: skip
+    head = Eagle3Head(
+        Eagle3Config(
+            **{
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 8,
+                "vocab_size": 64,
+                "draft_vocab_size": 64,
+                "target_hidden_size": 16,
+                "aux_hidden_layers": (0, 1, 2),
+                **extra,
+            }
+        ),
+        has_embed_tokens=True,
+    )
     init_random_weights(head, std=0.3, seed=1)
     if variant != "plain":  # a draft vocabulary of its own: draft id + d2t = target id
         with torch.no_grad():
@@ -38,8 +51,10 @@ def _steps(seed: int, feature: int, vocab: int, n: int = 12):
     """(tokens [1, m + 1], features [1, m, F]) of the prompt, then of n steps of 1..γ accepted tokens."""
     g = torch.Generator().manual_seed(seed)
     sizes = [17] + [1 + (i * 3) % GAMMA for i in range(n)]
-    return [(torch.randint(0, vocab, (1, m + 1), generator=g),
-             torch.randn(1, m, feature, generator=g, dtype=torch.float64)) for m in sizes]  # fmt: skip
+    return [
+        (torch.randint(0, vocab, (1, m + 1), generator=g), torch.randn(1, m, feature, generator=g, dtype=torch.float64))
+        for m in sizes
+    ]
 
 
 def _trees_equal(a, b) -> None:
@@ -95,9 +110,18 @@ def test_compiled_eagle3_follows_a_tree_grown_otherwise():
 def test_compiled_predictor_predicts_the_eager_experts():
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     torch.manual_seed(0)
-    backbone = Qwen3Config(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-                           initializer_range=0.2, attn_implementation="sdpa")  # fmt: skip
+    backbone = Qwen3Config(
+        vocab_size=8,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+        attn_implementation="sdpa",
+    )
     eager = ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
     compiled = prepare_predictor(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128)
     assert isinstance(compiled, CompiledPredictor)

@@ -92,8 +92,10 @@ def test_compiled_engine_decodes_as_the_eager_one():
     drafter = DraftModelDrafter(perturbed_copy(target, scale=0.1, seed=1))
     ids = torch.randint(3, target.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(2))
     prepared = prepare(target, gamma=4, max_len=64)
-    runs = [dict()] + [dict(drafter=drafter, selector=s, predictor=None if s == "confidence" else "oracle", gamma=4)
-                       for s in ("confidence", "ecospec", "oracle")]  # fmt: skip
+    runs = [dict()] + [
+        dict(drafter=drafter, selector=s, predictor=None if s == "confidence" else "oracle", gamma=4)
+        for s in ("confidence", "ecospec", "oracle")
+    ]
     for kw in runs:
         eager = ecospec.generate(target, ids, max_new_tokens=20, eos_token_id=[], **kw)
         compiled = ecospec.generate(target, ids, max_new_tokens=20, eos_token_id=[], engine=prepared, **kw)
@@ -147,11 +149,19 @@ def test_compiled_engine_with_an_eagle3_head():
 
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
-    head = Eagle3Head(Eagle3Config(
-        hidden_size=cfg.hidden_size, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        vocab_size=cfg.vocab_size, draft_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
-        aux_hidden_layers=(0, 1, 2),
-    ))  # fmt: skip
+    head = Eagle3Head(
+        Eagle3Config(
+            hidden_size=cfg.hidden_size,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            vocab_size=cfg.vocab_size,
+            draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size,
+            aux_hidden_layers=(0, 1, 2),
+        )
+    )
     init_random_weights(head, std=0.3, seed=0)
     drafter = Eagle3Drafter(head.double(), target.get_input_embeddings())
     ids = torch.randint(3, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(11))

@@ -23,9 +23,17 @@ def test_committed_release_is_whole_small_and_names_no_machine():
     files = set(m["files"])
     on_disk = {p.relative_to(release.RELEASE_DIR).as_posix() for p in release.RELEASE_DIR.rglob("*") if p.is_file()}
     assert on_disk - files == {release.MANIFEST}, f"files in the release the manifest does not list: {on_disk - files}"
-    for need in ("target/model/config.json", "target/model/model.safetensors", "target/model/tokenizer.json",
-                 "corpus/tokenizer/tokenizer.json", "corpus/train.npy", "drafter/head/config.json",
-                 "predictor/final/config.json", "gto/head/config.json", "calibrate/calibration.json"):  # fmt: skip
+    for need in (
+        "target/model/config.json",
+        "target/model/model.safetensors",
+        "target/model/tokenizer.json",
+        "corpus/tokenizer/tokenizer.json",
+        "corpus/train.npy",
+        "drafter/head/config.json",
+        "predictor/final/config.json",
+        "gto/head/config.json",
+        "calibrate/calibration.json",
+    ):
         assert need in files, need
     assert {"acc50", "acc60", "final"} <= {f.split("/")[1] for f in files if f.startswith("predictor/")}
     by = m["built_by"]

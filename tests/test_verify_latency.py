@@ -111,8 +111,19 @@ def test_only_the_forced_experts_contribute():
 
 
 def test_records_schema(tmp_path):
-    recs = run("qwen3", layers=1, gammas=[2], impls=["eager", "grouped_mm"], scale=SMALL, device="cpu", out=tmp_path,
-               points=2, repeats=20, warmup=1, echo=None)  # fmt: skip
+    recs = run(
+        "qwen3",
+        layers=1,
+        gammas=[2],
+        impls=["eager", "grouped_mm"],
+        scale=SMALL,
+        device="cpu",
+        out=tmp_path,
+        points=2,
+        repeats=20,
+        warmup=1,
+        echo=None,
+    )
     files = sorted(tmp_path.rglob(f"*{RECORD_SUFFIX}"))
     assert len(recs) == len(files) == 6  # per impl: AR (E = k) and γ = 2 at E = 8, 16
     assert {f.parent.name for f in files} == {f"qwen3-L1-s{SMALL:g}-cpu"}
@@ -120,8 +131,26 @@ def test_records_schema(tmp_path):
         (i, g, e) for i in ("eager", "grouped_mm") for g, e in ((1, 8), (2, 8), (2, 16))
     }
     on_disk = json.loads((files[0].parent / f"eager-g2-E16{RECORD_SUFFIX}").read_text())
-    for key in ("kind", "model", "layers", "impl", "gamma", "E", "scale", "storage", "t_pass_s", "bytes", "gbps",
-                "hardware", "expert_bytes", "dense_layer_bytes", "times_s", "top_k", "num_experts", "env"):  # fmt: skip
+    for key in (
+        "kind",
+        "model",
+        "layers",
+        "impl",
+        "gamma",
+        "E",
+        "scale",
+        "storage",
+        "t_pass_s",
+        "bytes",
+        "gbps",
+        "hardware",
+        "expert_bytes",
+        "dense_layer_bytes",
+        "times_s",
+        "top_k",
+        "num_experts",
+        "env",
+    ):
         assert key in on_disk, key
     r = on_disk
     assert (r["kind"], r["model"], r["layers"], r["impl"], r["gamma"], r["E"]) == (KIND, "qwen3", 1, "eager", 2, 16)
@@ -131,8 +160,20 @@ def test_records_schema(tmp_path):
     assert r["gbps"] == pytest.approx(r["bytes"] / r["t_pass_s"] / 1e9)
     assert r["bw_fraction"] is None and r["hbm_peak_bytes_per_s"] is None  # a CPU has no HBM peak
     assert r["hardware"].endswith("threads)") and r["timer"] == "perf_counter"
-    deepseek = run("deepseek", layers=1, gammas=[2], impls=["eager"], scale=SMALL, device="cpu", out=tmp_path,
-                   points=1, repeats=20, warmup=0, echo=None, peak_tbps=1.0)  # fmt: skip
+    deepseek = run(
+        "deepseek",
+        layers=1,
+        gammas=[2],
+        impls=["eager"],
+        scale=SMALL,
+        device="cpu",
+        out=tmp_path,
+        points=1,
+        repeats=20,
+        warmup=0,
+        echo=None,
+        peak_tbps=1.0,
+    )
     assert {x["storage"] for x in deepseek} == {"bf16 (fp8 unavailable)"}  # no fp8 experts kernel: bf16 stands in
     assert all(x["bw_fraction"] == pytest.approx(x["bytes"] / x["t_pass_s"] / 1e12) for x in deepseek)
 
@@ -150,8 +191,18 @@ def test_bench_bytes_match_the_cost_model():
         assert c.dense_bytes - c.moe_layers * db == (config.vocab_size + 1) * config.hidden_size * 2
 
 
-def _synthetic(slope, intercept, impl="grouped_mm", layers=4, hardware="NVIDIA H200", scale=1.0, model="qwen3",
-               expert_bytes=37748736, dense_layer_bytes=105_000_000, noise=0.0):  # fmt: skip
+def _synthetic(
+    slope,
+    intercept,
+    impl="grouped_mm",
+    layers=4,
+    hardware="NVIDIA H200",
+    scale=1.0,
+    model="qwen3",
+    expert_bytes=37748736,
+    dense_layer_bytes=105_000_000,
+    noise=0.0,
+):
     """Records with t_pass = layers x (slope x E + intercept) (x 1 ± noise), over γ 4, 8, 16 and AR (E = k = 8)."""
     gen = torch.Generator().manual_seed(0)
     out = []
@@ -159,12 +210,31 @@ def _synthetic(slope, intercept, impl="grouped_mm", layers=4, hardware="NVIDIA H
         for e in [8] if gamma == 1 else e_values(gamma, 8, 128, points=5):
             t = layers * (slope * e + intercept) * (1 + noise * float(torch.randn(1, generator=gen)))
             nbytes = layers * (e * expert_bytes + dense_layer_bytes)
-            out.append({"kind": KIND, "status": "ok", "model": model, "layers": layers, "impl": impl, "gamma": gamma,
-                        "E": e, "scale": scale, "storage": "bf16", "t_pass_s": t, "t_layer_s": t / layers,
-                        "expert_bytes": expert_bytes, "dense_layer_bytes": dense_layer_bytes, "top_k": 8,
-                        "num_experts": 128, "bytes": nbytes, "hbm_peak_bytes_per_s": 4.8e12,
-                        "bw_fraction": nbytes / t / 4.8e12, "hardware": hardware, "device": "cuda:0",
-                        "finished": datetime(2026, 12, 1, tzinfo=UTC).isoformat()})  # fmt: skip
+            out.append(
+                {
+                    "kind": KIND,
+                    "status": "ok",
+                    "model": model,
+                    "layers": layers,
+                    "impl": impl,
+                    "gamma": gamma,
+                    "E": e,
+                    "scale": scale,
+                    "storage": "bf16",
+                    "t_pass_s": t,
+                    "t_layer_s": t / layers,
+                    "expert_bytes": expert_bytes,
+                    "dense_layer_bytes": dense_layer_bytes,
+                    "top_k": 8,
+                    "num_experts": 128,
+                    "bytes": nbytes,
+                    "hbm_peak_bytes_per_s": 4.8e12,
+                    "bw_fraction": nbytes / t / 4.8e12,
+                    "hardware": hardware,
+                    "device": "cuda:0",
+                    "finished": datetime(2026, 12, 1, tzinfo=UTC).isoformat(),
+                }
+            )
     return out
 
 
@@ -217,8 +287,13 @@ def test_report_figure_and_fitted_profiles(tmp_path):
     from ecospec.report.tables import modeled_note
 
     a, b = 9.5e-6, 31e-6
-    _write(_synthetic(a, b) + _synthetic(2 * a, b, impl="eager") + _synthetic(a / 2, b, scale=0.5)
-           + _synthetic(a / 3, b, hardware="NVIDIA H100 80GB HBM3", model="gptoss"), tmp_path / "fig1a")  # fmt: skip
+    _write(
+        _synthetic(a, b)
+        + _synthetic(2 * a, b, impl="eager")
+        + _synthetic(a / 2, b, scale=0.5)
+        + _synthetic(a / 3, b, hardware="NVIDIA H100 80GB HBM3", model="gptoss"),
+        tmp_path / "fig1a",
+    )
     (tmp_path / "fig1a" / f"broken{RECORD_SUFFIX}").write_text("{not json")
     with pytest.warns(UserWarning, match="broken"):
         frame = load_bench([tmp_path])
@@ -243,8 +318,19 @@ def test_report_figure_and_fitted_profiles(tmp_path):
 def test_settings_and_the_fig1a_job_config():
     from ecospec.experiment.config import ConfigError, job_config, job_name, validate_job
 
-    good = {"layers": 2, "gammas": [4, 8], "impls": ["eager"], "scale": 1.0, "points": 3, "experts": None,
-            "repeats": 20, "warmup": 2, "prefix": 64, "peak_tbps": None, "seed": 0}  # fmt: skip
+    good = {
+        "layers": 2,
+        "gammas": [4, 8],
+        "impls": ["eager"],
+        "scale": 1.0,
+        "points": 3,
+        "experts": None,
+        "repeats": 20,
+        "warmup": 2,
+        "prefix": 64,
+        "peak_tbps": None,
+        "seed": 0,
+    }
     assert settings_problem(good) is None
     assert "gammas" in settings_problem({**good, "gammas": [1, 4]})
     assert "repeats" in settings_problem({**good, "repeats": 5})
@@ -262,12 +348,30 @@ def test_the_modeled_table_takes_the_fitted_profile():
     from ecospec.report.tables import modeled, table_moespec
 
     method = {"name": "eagle3", "drafter": "eagle3", "selector": "confidence", "predictor": None}
-    cell = {"schema": 1, "kind": "cell", "status": "ok", "experiment": "t1", "cell": "c", "cell_id": "0",
-            "finished": "2026-12-01T00:00:00+00:00", "env": {"hardware": "NVIDIA H200", "device": "cuda:0"},
-            "config": {"model": model_config("qwen3"), "method": method, "dataset": {"name": "gsm8k"},
-                       "temperature": 0.0, "top_p": 1.0, "gamma": 4, "depth": 3, "topk": 2, "batch_size": 1,
-                       "split": "heldout", "seed": 0},
-            "summary": {"alpha": 2.4, "experts_per_layer": 23.7, "t_verify_s": 0.8}}  # fmt: skip
+    cell = {
+        "schema": 1,
+        "kind": "cell",
+        "status": "ok",
+        "experiment": "t1",
+        "cell": "c",
+        "cell_id": "0",
+        "finished": "2026-12-01T00:00:00+00:00",
+        "env": {"hardware": "NVIDIA H200", "device": "cuda:0"},
+        "config": {
+            "model": model_config("qwen3"),
+            "method": method,
+            "dataset": {"name": "gsm8k"},
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "gamma": 4,
+            "depth": 3,
+            "topk": 2,
+            "batch_size": 1,
+            "split": "heldout",
+            "seed": 0,
+        },
+        "summary": {"alpha": 2.4, "experts_per_layer": 23.7, "t_verify_s": 0.8},
+    }
     frame = records_frame([(cell, "t1/c/result.json")]).frame
     cost = model_cost("qwen3")
     profile = fit_latency(_synthetic(9.5e-6, 31e-6)).profile("H200", cost)
@@ -279,10 +383,24 @@ def test_the_modeled_table_takes_the_fitted_profile():
     assert out["H200 speedup"].iloc[0] == pytest.approx(fitted["speedup"])
     assert out["H100 t_verify_ms"].iloc[0] == pytest.approx(roofline["t_verify_s"] * 1e3)  # no benchmark on it
     # the MoE-Spec table's modeled columns come from the same profiles
-    capped = {**cell, "cell": "d", "cell_id": "1", "summary": {**cell["summary"], "alpha": 2.3,
-              "experts_per_layer": 15.0, "budget_error_rate": 0.01, "matches_ar": 0.5}}  # fmt: skip
-    capped["config"] = {**cell["config"], "expert_budget": 16, "budget_policy": "truncate",
-                        "method": {**method, "name": "moespec"}}  # fmt: skip
+    capped = {
+        **cell,
+        "cell": "d",
+        "cell_id": "1",
+        "summary": {
+            **cell["summary"],
+            "alpha": 2.3,
+            "experts_per_layer": 15.0,
+            "budget_error_rate": 0.01,
+            "matches_ar": 0.5,
+        },
+    }
+    capped["config"] = {
+        **cell["config"],
+        "expert_budget": 16,
+        "budget_policy": "truncate",
+        "method": {**method, "name": "moespec"},
+    }
     both = records_frame([(cell, "t1/c/result.json"), (capped, "t1/d/result.json")]).frame
     table = table_moespec(both, {"qwen3": cost}, profiles={("qwen3", "H200"): profile}).set_index("Budget")
     assert table.loc["B=16", "modeled H200 speedup"] == pytest.approx(
@@ -305,8 +423,18 @@ def test_compiled_engine_option_refuses_what_it_cannot_time(tmp_path):
 def test_compiled_engine_records(tmp_path):
     """`--engine compiled`: the compiled engine's verify step timed at exactly E experts per layer (the routes it
     writes are checked against E before timing), one record per point, impl `compiled`."""
-    recs = run("tiny", layers=2, gammas=[4], device="cpu", out=tmp_path, points=2, repeats=20, warmup=1, echo=None,
-               engines=["compiled"])  # fmt: skip
+    recs = run(
+        "tiny",
+        layers=2,
+        gammas=[4],
+        device="cpu",
+        out=tmp_path,
+        points=2,
+        repeats=20,
+        warmup=1,
+        echo=None,
+        engines=["compiled"],
+    )
     assert {(r["impl"], r["gamma"], r["E"]) for r in recs} == {
         ("compiled", 1, 4),
         ("compiled", 4, 4),

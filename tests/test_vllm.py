@@ -38,10 +38,24 @@ def checkpoint(tmp_path_factory):
     from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
 
     root = tmp_path_factory.mktemp("vllm-ckpt")
-    cfg = Qwen3MoeConfig(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
-                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8,
-                         num_experts_per_tok=2, mlp_only_layers=[], max_position_embeddings=2048,
-                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    cfg = Qwen3MoeConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        mlp_only_layers=[],
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     target = Qwen3MoeForCausalLM(cfg).eval()
     target.save_pretrained(root / "target")
@@ -105,10 +119,20 @@ def test_vllm_greedy_ar_equals_ecospec_ar_token_for_token(checkpoint, tmp_path):
 
 def _cell_cfg(checkpoint: Path, tmp_path: Path, *overrides: str) -> dict:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "model=tiny_random", "backend=vllm", f"out_dir={tmp_path}", "num_prompts=4", "max_new_tokens=16",
-            "progress=false", "threads=1", "backend.enforce_eager=true", *overrides,
-        ])  # fmt: skip
+        cfg = compose(
+            "config",
+            overrides=[
+                "model=tiny_random",
+                "backend=vllm",
+                f"out_dir={tmp_path}",
+                "num_prompts=4",
+                "max_new_tokens=16",
+                "progress=false",
+                "threads=1",
+                "backend.enforce_eager=true",
+                *overrides,
+            ],
+        )
     d = OmegaConf.to_container(cfg, resolve=False)
     d.pop("hydra", None)
     d["gamma"] = cfg.gamma  # resolved: the model's own unless overridden
@@ -152,9 +176,21 @@ def test_a_server_that_cannot_start_fails_the_cell_with_its_error_and_leaves_not
 
 def test_sigterm_to_a_running_cell_stops_its_servers(checkpoint, tmp_path):
     """What Slurm does on preemption: SIGTERM to the job while its servers run; no process may stay behind."""
-    cmd = [sys.executable, "run.py", "model=tiny_random", "backend=vllm", "method=ar", f"out_dir={tmp_path}",
-           "num_prompts=2", "max_new_tokens=8", "progress=false", "backend.enforce_eager=true", "model.source=hf",
-           f"model.target={checkpoint / 'target'}", "model.name=vllm_sigterm"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "run.py",
+        "model=tiny_random",
+        "backend=vllm",
+        "method=ar",
+        f"out_dir={tmp_path}",
+        "num_prompts=2",
+        "max_new_tokens=8",
+        "progress=false",
+        "backend.enforce_eager=true",
+        "model.source=hf",
+        f"model.target={checkpoint / 'target'}",
+        "model.name=vllm_sigterm",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     marker = str(checkpoint / "target")
     deadline = time.monotonic() + 300

@@ -27,8 +27,13 @@ def test_the_methods_speculative_configs_draft_gamma_minus_one_tokens():
 
 def test_server_args_carry_the_settings_that_change_what_is_measured():
     gpu = server_args({**SETTINGS, "extra_args": ["--max-num-seqs", 8]}, "eagle3", 4, "/h", 7, cpu=False)
-    for flag, value in (("--dtype", "bfloat16"), ("--tensor-parallel-size", "4"), ("--max-model-len", "4096"),
-                        ("--seed", "7"), ("--served-model-name", "m")):  # fmt: skip
+    for flag, value in (
+        ("--dtype", "bfloat16"),
+        ("--tensor-parallel-size", "4"),
+        ("--max-model-len", "4096"),
+        ("--seed", "7"),
+        ("--served-model-name", "m"),
+    ):
         assert gpu[gpu.index(flag) + 1] == value
     assert "--no-enable-prefix-caching" in gpu and "--enforce-eager" not in gpu and gpu[-2:] == ["--max-num-seqs", "8"]
     assert json.loads(gpu[gpu.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
@@ -42,8 +47,13 @@ def test_server_args_carry_the_settings_that_change_what_is_measured():
 def test_cpu_kv_cache_is_sized_from_the_cell_not_the_node():
     from ecospec.vllm_backend.args import kv_cache_bytes
 
-    tiny = {"num_hidden_layers": 20, "num_key_value_heads": 1, "head_dim": 32, "hidden_size": 64,
-            "num_attention_heads": 2}  # fmt: skip
+    tiny = {
+        "num_hidden_layers": 20,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+    }
     per_token = 2 * 21 * 1 * 32 * 4  # K and V, 20 target layers + the head's, fp32
     assert kv_cache_bytes(tiny, 2048, 4, "float32") == 2 * per_token * 2048 * 4  # x2 margin: 84 MiB
     assert kv_cache_bytes(tiny, 2048, 8, "float32") == 2 * kv_cache_bytes(tiny, 2048, 4, "float32")
@@ -51,12 +61,22 @@ def test_cpu_kv_cache_is_sized_from_the_cell_not_the_node():
 
 
 def _round(tpot_ms: float, accepted: int | None = None) -> dict:
-    r = {"mean_tpot_ms": tpot_ms, "median_tpot_ms": tpot_ms, "mean_ttft_ms": 10.0, "output_throughput": 1000 / tpot_ms,
-         "completed": 8, "total_output_tokens": 512}  # fmt: skip
+    r = {
+        "mean_tpot_ms": tpot_ms,
+        "median_tpot_ms": tpot_ms,
+        "mean_ttft_ms": 10.0,
+        "output_throughput": 1000 / tpot_ms,
+        "completed": 8,
+        "total_output_tokens": 512,
+    }
     if accepted is not None:
-        r.update(spec_decode_acceptance_length=1 + accepted / 100, spec_decode_num_drafts=100,
-                 spec_decode_draft_tokens=300, spec_decode_accepted_tokens=accepted,
-                 spec_decode_per_position_acceptance_rates=[0.8, 0.5, 0.3])  # fmt: skip
+        r.update(
+            spec_decode_acceptance_length=1 + accepted / 100,
+            spec_decode_num_drafts=100,
+            spec_decode_draft_tokens=300,
+            spec_decode_accepted_tokens=accepted,
+            spec_decode_per_position_acceptance_rates=[0.8, 0.5, 0.3],
+        )
     return r
 
 
@@ -103,8 +123,9 @@ def test_a_tokenizer_that_adds_bos_itself_gets_the_text_without_it():
 
     backend = byte_tokenizer().backend_tokenizer
     backend.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 1)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|bos|>", eos_token="<|eos|>",
-                                  pad_token="<|pad|>")  # fmt: skip
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
+    )
     texts, ids = dataset_prompts({"model": {"chat_template": False}}, tok, load_prompts("humaneval", 2, None))
     assert not any(t.startswith("<|bos|>") for t in texts)
     assert [tok(t).input_ids for t in texts] == ids and all(x.count(1) == 1 for x in ids)

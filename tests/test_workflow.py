@@ -47,9 +47,13 @@ def store(tmp_path, monkeypatch):
 
 def _run(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, str(ROOT / "run.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert out.returncode == 0, f"{' '.join(args)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
@@ -110,9 +114,14 @@ def _saved_checkpoints(where: Path) -> dict[str, Path]:
     byte_tokenizer().save_pretrained(where / "target")
     save_eagle3(init_random_weights(Eagle3Head(default_head_config(target)), seed=1), where / "head", "speculators")
     backbone = Qwen3Config(
-        vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16,
-    )  # fmt: skip
+        vocab_size=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     AutoModel.from_config(backbone).save_pretrained(where / "backbone")
     return {k: where / k for k in ("target", "head", "backbone")}
 
@@ -125,9 +134,13 @@ def saved(tmp_path_factory):
 def _real(saved: dict[str, Path]) -> list[str]:
     """model=qwen3 as a cluster runs it (source hf, device_map auto), pointed at the saved directories."""
     return [
-        "model=qwen3", f"model.target={saved['target']}", f"model.drafters.eagle3.path={saved['head']}",
-        f"model.predictor.backbone={saved['backbone']}", "model.dtype=float32", "device=cpu",
-    ]  # fmt: skip
+        "model=qwen3",
+        f"model.target={saved['target']}",
+        f"model.drafters.eagle3.path={saved['head']}",
+        f"model.predictor.backbone={saved['backbone']}",
+        "model.dtype=float32",
+        "device=cpu",
+    ]
 
 
 def test_real_model_config_loads_a_saved_checkpoint_with_its_device_map(saved, tmp_path):
@@ -154,10 +167,15 @@ def test_real_model_config_traces_predictor_and_heldout_ecospec_cell(saved, stor
     real = [*_real(saved), *QUICK, f"out_dir={tmp_path}"]
     jobs = [
         ["experiment=traces", "dataset=humaneval", "num_prompts=16", "traces.response_tokens=6"],
-        ["experiment=predictor", "training.datasets=[humaneval]", "training.epochs=2", "training.window=128",
-         "training.lr=1e-3"],
+        [
+            "experiment=predictor",
+            "training.datasets=[humaneval]",
+            "training.epochs=2",
+            "training.window=128",
+            "training.lr=1e-3",
+        ],
         ["method=ecospec", "num_prompts=2", "max_new_tokens=8"],
-    ]  # fmt: skip
+    ]
     records = []
     for overrides in jobs:
         cfg = _compose(*real, *overrides)
@@ -181,8 +199,19 @@ def test_real_model_config_traces_predictor_and_heldout_ecospec_cell(saved, stor
 def test_traces_predictor_and_heldout_ecospec_cell_on_tiny_random(store, tmp_path):
     multi = _multi_turn_dataset()
     common = ["model=tiny_random", *QUICK, f"out_dir={tmp_path}"]
-    _run(["-m", "experiment=traces", *common, f"dataset=humaneval,{multi}", "num_prompts=16",
-          "traces.response_tokens=8", "traces.batch_size=5", "traces.shard_size=4"], tmp_path)  # fmt: skip
+    _run(
+        [
+            "-m",
+            "experiment=traces",
+            *common,
+            f"dataset=humaneval,{multi}",
+            "num_prompts=16",
+            "traces.response_tokens=8",
+            "traces.batch_size=5",
+            "traces.shard_size=4",
+        ],
+        tmp_path,
+    )
     cfg = _compose("model=tiny_random")
     from ecospec.models import tiny_model
     from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
@@ -205,8 +234,15 @@ def test_traces_predictor_and_heldout_ecospec_cell_on_tiny_random(store, tmp_pat
     from ecospec.experiment.dispatch import run_any  # the predictor job and the cell as run.py runs them, minus startup
 
     levels = ["training.levels.acc50=0.3", "training.levels.acc60=0.99"]
-    train = _compose("experiment=predictor", *common, f"training.datasets=[humaneval,{multi}]", "training.epochs=4",
-                     "training.window=256", "training.lr=1e-3", *levels)  # fmt: skip
+    train = _compose(
+        "experiment=predictor",
+        *common,
+        f"training.datasets=[humaneval,{multi}]",
+        "training.epochs=4",
+        "training.window=256",
+        "training.lr=1e-3",
+        *levels,
+    )
     assert run_any(train, tmp_path / "predictor" / job_name(train))["status"] == "ok"
     summary = json.loads((predictor_root(cfg.model) / "summary.json").read_text())
     traced = [p.id for n in ("humaneval", multi) for p in load_prompts(n, 16)]
@@ -232,8 +268,16 @@ def test_killed_traces_job_resumes_without_duplicate_samples(store, tmp_path, mo
     from ecospec.experiment import traces_job
     from ecospec.experiment.traces_job import run_traces
 
-    cfg = _compose("experiment=traces", "model=tiny_random", *QUICK, "dataset=humaneval", "num_prompts=10",
-                   "traces.response_tokens=4", "traces.batch_size=3", "traces.shard_size=2")  # fmt: skip
+    cfg = _compose(
+        "experiment=traces",
+        "model=tiny_random",
+        *QUICK,
+        "dataset=humaneval",
+        "num_prompts=10",
+        "traces.response_tokens=4",
+        "traces.batch_size=3",
+        "traces.shard_size=2",
+    )
     real, calls = traces_job.route_batch, []
 
     def dies_on_the_third_batch(target, seqs):
@@ -255,14 +299,23 @@ def test_killed_traces_job_resumes_without_duplicate_samples(store, tmp_path, mo
     tr = load_traces(out)
     assert tr.ids == [p.id for p in load_prompts("humaneval", 10)]  # each sample once, in order
     same = ["traces.response_tokens=4", "traces.batch_size=3", "traces.shard_size=2"]
-    fresh = _compose("experiment=traces", "model=tiny_random", *QUICK, "dataset=humaneval", "num_prompts=10", *same,
-                     "force=true")  # fmt: skip
+    fresh = _compose(
+        "experiment=traces", "model=tiny_random", *QUICK, "dataset=humaneval", "num_prompts=10", *same, "force=true"
+    )
     assert run_traces(fresh, tmp_path / "job2")["status"] == "ok"
     again = load_traces(out)
     for name in ("tokens", "offsets", "routes"):
         assert np.array_equal(getattr(again, name), getattr(tr, name))
-    bad = _compose("experiment=traces", "model=tiny_random", *QUICK, "dataset=humaneval", "num_prompts=10",
-                   "traces.response_tokens=5", "traces.batch_size=3", "traces.shard_size=2")  # fmt: skip
+    bad = _compose(
+        "experiment=traces",
+        "model=tiny_random",
+        *QUICK,
+        "dataset=humaneval",
+        "num_prompts=10",
+        "traces.response_tokens=5",
+        "traces.batch_size=3",
+        "traces.shard_size=2",
+    )
     failed = run_traces(bad, tmp_path / "job3")  # other settings never mix into the same traces
     assert failed["status"] == "failed" and "collected with other settings" in failed["error"]
 
@@ -280,10 +333,24 @@ def test_missing_predictor_names_the_command_and_its_cell_is_never_launched(stor
     validate_job(cfg, awaiting=True)  # submitted after the job that makes it (make paper on Slurm)
 
     out = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), "-m", "model=tiny_random", "method=ar,ecospec",
-         "model.predictor.checkpoint=final", "num_prompts=1", "max_new_tokens=4", *QUICK, f"out_dir={tmp_path}",
-         "name=sweep"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            "model=tiny_random",
+            "method=ar,ecospec",
+            "model.predictor.checkpoint=final",
+            "num_prompts=1",
+            "max_new_tokens=4",
+            *QUICK,
+            f"out_dir={tmp_path}",
+            "name=sweep",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0
     assert "not launched: " in out.stderr + out.stdout and "#0 : model=tiny_random method=ar" in out.stderr + out.stdout
     assert "method=ecospec" not in "".join(line for line in (out.stderr + out.stdout).splitlines() if "] \t#" in line)
@@ -307,10 +374,22 @@ def test_make_paper_runs_every_stage_locally(store, tmp_path):
         "--table-set num_prompts=2 max_new_tokens=8 model.predictor.checkpoint=final"
     ).format(out=tmp_path / "exp", rep=tmp_path / "reports")
     out = subprocess.run(
-        ["make", "-s", "paper", "MODEL=tiny_random_deepseek", "CLUSTER=local", "DATASETS=humaneval",
-         f"PYTHON={sys.executable}", f"ARGS={args}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "paper",
+            "MODEL=tiny_random_deepseek",
+            "CLUSTER=local",
+            "DATASETS=humaneval",
+            f"PYTHON={sys.executable}",
+            f"ARGS={args}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert out.returncode == 0, f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
     by_kind: dict[str, list[dict]] = {}
     for r in _records(tmp_path / "exp"):
@@ -331,8 +410,14 @@ def test_a_real_target_that_cannot_fit_is_refused_before_any_download(tmp_path):
     connection error and retries instead)."""
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, str(ROOT / "run.py"), "model=qwen3", "method=eagle3", f"out_dir={tmp_path}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "model=qwen3", "method=eagle3", f"out_dir={tmp_path}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     took = time.perf_counter() - t0
     text = out.stdout + out.stderr
     assert out.returncode != 0 and took < 60, (took, text[-2000:])

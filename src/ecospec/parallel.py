@@ -41,8 +41,10 @@ def plans(family: str) -> dict[str, dict]:
         return {"tp": {}, "ep": {}}
     module, name = _CONFIG_CLASSES[family]
     cls = getattr(importlib.import_module(module), name)
-    return {"tp": dict(getattr(cls, "base_model_tp_plan", None) or {}),
-            "ep": dict(getattr(cls, "base_model_ep_plan", None) or {})}  # fmt: skip
+    return {
+        "tp": dict(getattr(cls, "base_model_tp_plan", None) or {}),
+        "ep": dict(getattr(cls, "base_model_ep_plan", None) or {}),
+    }
 
 
 def plan_problem(family: str, mode: str) -> str | None:

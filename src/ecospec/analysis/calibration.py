@@ -44,12 +44,22 @@ def collect(target, drafter, prompts: list[torch.Tensor], depth: int = 3, max_ne
     try:
         for ids in prompts:
             drafter.logits_log = []
-            res = ecospec.generate(target, ids, drafter=drafter, selector="confidence", gamma=depth + 1, depth=depth,
-                                   topk=1, max_new_tokens=max_new_tokens, eos_token_id=[])  # fmt: skip
+            res = ecospec.generate(
+                target,
+                ids,
+                drafter=drafter,
+                selector="confidence",
+                gamma=depth + 1,
+                depth=depth,
+                topk=1,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=[],
+            )
             rows = torch.cat([x.reshape(-1, x.shape[-1]) for x in drafter.logits_log])
             if rows.shape[0] != depth * len(res.steps):
-                raise RuntimeError(f"expected {depth} draft distributions per step, got {rows.shape[0]} for "
-                                   f"{len(res.steps)} steps")  # fmt: skip
+                raise RuntimeError(
+                    f"expected {depth} draft distributions per step, got {rows.shape[0]} for {len(res.steps)} steps"
+                )
             pos = 1  # res.tokens[0] is the prefill's token
             for i, st in enumerate(res.steps):
                 produced = res.tokens[pos : pos + st.accepted]  # the target's tokens at depths 1..accepted
@@ -100,8 +110,9 @@ def fit_temperatures(samples: DraftSamples) -> tuple[float, ...]:
     out = []
     for d in range(1, int(samples.depths.max()) + 1):
         m = samples.depths == d
-        out.append(fit_temperature(DraftSamples(samples.logits[m], samples.labels[m], samples.depths[m],
-                                                samples.steps[m])))  # fmt: skip
+        out.append(
+            fit_temperature(DraftSamples(samples.logits[m], samples.labels[m], samples.depths[m], samples.steps[m]))
+        )
     return tuple(out)
 
 

@@ -264,8 +264,11 @@ def safetensors_bytes(path: Path, skip: tuple[str, ...] = ()) -> dict[str, float
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
-    return {k: float(v["data_offsets"][1] - v["data_offsets"][0]) for k, v in header.items()
-            if k != "__metadata__" and not k.startswith(skip)}  # fmt: skip
+    return {
+        k: float(v["data_offsets"][1] - v["data_offsets"][0])
+        for k, v in header.items()
+        if k != "__metadata__" and not k.startswith(skip)
+    }
 
 
 def eagle3_head_bytes(shape: Mapping, storage: str = "bf16") -> tuple[float, float]:
@@ -327,8 +330,11 @@ def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
     experts = c.expert_params * c.num_experts
     rest = sum(p.numel() for p in layer.parameters()) - experts
     h = hf.hidden_size
-    return (expert_bytes(rest + 2 * h * h + 2 * h, c.storage["dense"]) + c.top_k * c.expert_bytes
-            + expert_bytes(hf.vocab_size * h, c.storage["other"]))  # fmt: skip
+    return (
+        expert_bytes(rest + 2 * h * h + 2 * h, c.storage["dense"])
+        + c.top_k * c.expert_bytes
+        + expert_bytes(hf.vocab_size * h, c.storage["other"])
+    )
 
 
 def _release_dir(model: Mapping) -> Path | None:
@@ -383,8 +389,9 @@ def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:
     facts = _facts(model)
     backbone = facts.get("predictor_backbone") or (model.get("predictor") or {}).get("backbone")
     if not isinstance(backbone, Mapping):
-        raise ValueError(f"model {model.get('name')!r}: facts.predictor_backbone has no shape of the predictor's "
-                         "backbone")  # fmt: skip
+        raise ValueError(
+            f"model {model.get('name')!r}: facts.predictor_backbone has no shape of the predictor's backbone"
+        )
     c, hf = model_cost(model), _hf_config(model, facts)
     hidden = backbone["hidden_size"]
     extra = hf.hidden_size * hidden + hidden + (hidden + 1) * c.moe_layers * c.num_experts  # projection and head

@@ -47,11 +47,15 @@ class Sizing:
 
     def launch(self) -> str:
         if self.gpus == 1 or self.parallel == "device_map":
-            return (f"model={self.model} model.parallel=device_map cluster=slurm_gpu "
-                    f"hydra.launcher.gpus_per_node={self.gpus}")  # fmt: skip
+            return (
+                f"model={self.model} model.parallel=device_map cluster=slurm_gpu "
+                f"hydra.launcher.gpus_per_node={self.gpus}"
+            )
         per_node = min(self.gpus, GPUS_PER_NODE)
-        return (f"model={self.model} model.parallel={self.parallel} model.device_map=null ranks={self.gpus} "
-                f"cluster=slurm_gpu hydra.launcher.gpus_per_node={per_node}")  # fmt: skip
+        return (
+            f"model={self.model} model.parallel={self.parallel} model.device_map=null ranks={self.gpus} "
+            f"cluster=slurm_gpu hydra.launcher.gpus_per_node={per_node}"
+        )
 
 
 QUANTIZED = ("fp8", "mxfp4")  # stored formats transformers keeps only with its kernels (else: bf16)
@@ -114,8 +118,9 @@ def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kerne
     if hf.get("kv_lora_rank") and parallel != "device_map":
         notes.append("DeepSeek's MLA attention is replicated by its TP plan; experts and dense MLPs are sharded")
     storage = loaded_storage(stored, kernels)
-    while parallel != "device_map" and (rank_share(model, parallel, gpus, storage) + kv / gpus
-                                        > GPU_MEMORY[gpu] * usable):  # fmt: skip
+    while parallel != "device_map" and (
+        rank_share(model, parallel, gpus, storage) + kv / gpus > GPU_MEMORY[gpu] * usable
+    ):
         gpus += GPUS_PER_NODE if gpus >= GPUS_PER_NODE else gpus  # replicated parts leave a rank less room
         parallel, why = layout(family, gpus, hf)
     if not kernels and "fp8" in stored.values():
@@ -239,8 +244,12 @@ def main() -> None:
     ap.add_argument("--gpu", default=None, help=f"one of {', '.join(GPU_MEMORY)} (default: all)")
     ap.add_argument("--tokens", type=int, default=8 * 8192, help="cached tokens to leave room for")
     ap.add_argument("--usable", type=float, default=0.9)
-    ap.add_argument("--kernels", choices=("yes", "no"), default=None,
-                    help="size for the quantized kernels present (yes) or absent (no); default: both")  # fmt: skip
+    ap.add_argument(
+        "--kernels",
+        choices=("yes", "no"),
+        default=None,
+        help="size for the quantized kernels present (yes) or absent (no); default: both",
+    )
     a = ap.parse_args()
     stored = model_cost(load_model_config(a.model)).storage
     both = [True, False] if any(v in QUANTIZED for v in stored.values()) else [True]

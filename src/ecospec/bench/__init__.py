@@ -14,8 +14,19 @@ KIND = "verify_latency"  # record["kind"] of one benchmark point
 RECORD_SUFFIX = ".verify_latency.json"  # one point's file: <out>/<run>/<impl>-g<gamma>-E<E>.verify_latency.json
 IMPLS = ("eager", "grouped_mm", "batched_mm")  # transformers' experts implementations the benchmark knows
 # what identifies a run of experiment=fig1a (its Hydra job id), besides the model
-SETTINGS = ("layers", "gammas", "impls", "scale", "points", "experts", "repeats", "warmup", "prefix", "peak_tbps",
-            "seed")  # fmt: skip
+SETTINGS = (
+    "layers",
+    "gammas",
+    "impls",
+    "scale",
+    "points",
+    "experts",
+    "repeats",
+    "warmup",
+    "prefix",
+    "peak_tbps",
+    "seed",
+)
 
 
 def _int_list(value) -> list | None:

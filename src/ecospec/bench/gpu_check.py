@@ -47,15 +47,30 @@ SD = {"selector": "ecospec", "predictor": "oracle", "gamma": 4, "depth": 3, "top
 VL_MODELS = ("qwen3", "gptoss")
 # per device: prompts and new tokens of sd_vs_ar; the verify_latency sweep
 SIZES = {
-    "cpu": {"prompts": 3, "prompt_len": 24, "new_tokens": 24, "cell_prompts": 2, "cell_tokens": 16,
-            "vl": {"layers": 1, "gammas": [4], "scale": 0.02, "points": 3, "repeats": 20, "warmup": 2,
-                   "prefix": 16}},
-    "cuda": {"prompts": 6, "prompt_len": 32, "new_tokens": 40, "cell_prompts": 4, "cell_tokens": 32,
-             "vl": {"layers": 4, "gammas": [4, 8, 16], "scale": 1.0, "points": 9, "repeats": 20, "warmup": 5,
-                    "prefix": 64}},
-}  # fmt: skip
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}  # fmt: skip
+    "cpu": {
+        "prompts": 3,
+        "prompt_len": 24,
+        "new_tokens": 24,
+        "cell_prompts": 2,
+        "cell_tokens": 16,
+        "vl": {"layers": 1, "gammas": [4], "scale": 0.02, "points": 3, "repeats": 20, "warmup": 2, "prefix": 16},
+    },
+    "cuda": {
+        "prompts": 6,
+        "prompt_len": 32,
+        "new_tokens": 40,
+        "cell_prompts": 4,
+        "cell_tokens": 32,
+        "vl": {"layers": 4, "gammas": [4, 8, 16], "scale": 1.0, "points": 9, "repeats": 20, "warmup": 5, "prefix": 64},
+    },
+}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "WANDB_SILENT": "true",
+}
 
 
 class Skip(Exception):
@@ -194,15 +209,19 @@ def block_vs_step(target, ids) -> dict:
 
     with torch.inference_mode():
         cache = prefilled()
-        step = torch.stack([
-            forward_block(target, layout, cache, ids[:, i : i + 1], torch.tensor([[i]], device=dev), None,
-                          None).logits[0, -1].float()
-            for i in range(p, n)
-        ])  # fmt: skip
+        step = torch.stack(
+            [
+                forward_block(target, layout, cache, ids[:, i : i + 1], torch.tensor([[i]], device=dev), None, None)
+                .logits[0, -1]
+                .float()
+                for i in range(p, n)
+            ]
+        )
         qpos = torch.arange(p, n, device=dev)[None]
         kpos = torch.arange(n, device=dev) if layout.windowed else None
-        vis = torch.cat([torch.ones(q, p, dtype=torch.bool, device=dev),
-                         torch.ones(q, q, dtype=torch.bool, device=dev).tril()], 1)  # fmt: skip
+        vis = torch.cat(
+            [torch.ones(q, p, dtype=torch.bool, device=dev), torch.ones(q, q, dtype=torch.bool, device=dev).tril()], 1
+        )
         blocks = {
             "verify": forward_block(target, layout, prefilled(), ids[:, p:], qpos, kpos, vis).logits[0].float(),
             "causal": forward_block(target, layout, prefilled(), ids[:, p:], qpos, None, None).logits[0].float(),
@@ -251,8 +270,9 @@ def step_sd_vs_ar(ctx: dict) -> tuple[dict, str]:
                 same, first, alphas, ar_tokens = [], [], [], []
                 for ids in prompts:
                     ar = ecospec.generate(target, ids, max_new_tokens=size["new_tokens"], eos_token_id=[])
-                    sd = ecospec.generate(target, ids, drafter=drafter, max_new_tokens=size["new_tokens"],
-                                          eos_token_id=[], **SD)  # fmt: skip
+                    sd = ecospec.generate(
+                        target, ids, drafter=drafter, max_new_tokens=size["new_tokens"], eos_token_id=[], **SD
+                    )
                     same.append(sd.tokens == ar.tokens)
                     first.append(_first_divergence(sd.tokens, ar.tokens))
                     alphas.append(sd.alpha)
@@ -274,8 +294,10 @@ def step_sd_vs_ar(ctx: dict) -> tuple[dict, str]:
             if dtype_name == "fp32":
                 ar32 = ar_tokens
                 if not all(same):
-                    failures.append(f"{family} fp32: SD != AR on {same.count(False)} of {len(same)} prompts "
-                                    f"(first divergence {first})")  # fmt: skip
+                    failures.append(
+                        f"{family} fp32: SD != AR on {same.count(False)} of {len(same)} prompts "
+                        f"(first divergence {first})"
+                    )
             elif ar32 is not None:
                 rec["ar_matches_fp32_ar"] = sum(a == b for a, b in zip(ar_tokens, ar32, strict=True)) / len(ar32)
                 pairs = zip(ar_tokens, ar32, strict=True)
@@ -284,8 +306,11 @@ def step_sd_vs_ar(ctx: dict) -> tuple[dict, str]:
             if not any(a > 1 for a in alphas):
                 failures.append(f"{family} {dtype_name}: no draft token was ever accepted (alpha 1): SD == AR is empty")
         families[family] = row
-    result = {"settings": {**SD, "drafter": "perturbed_copy(target, scale=0.05, seed=1)"}, "families": families,
-              "asserted": "fp32 SD == AR token for token; bf16 recorded"}  # fmt: skip
+    result = {
+        "settings": {**SD, "drafter": "perturbed_copy(target, scale=0.05, seed=1)"},
+        "families": families,
+        "asserted": "fp32 SD == AR token for token; bf16 recorded",
+    }
     if failures:
         raise StepFailed("; ".join(failures), result)
     fp32_ok = sum(r["fp32"]["matches_ar"] == 1 for r in families.values())
@@ -303,37 +328,68 @@ def step_run_cell(ctx: dict) -> tuple[dict, str]:
     out_dir = ctx["out"] / "cells"
     size = ctx["sizes"]
     device = "cuda" if ctx["device"].type == "cuda" else "cpu"
-    args = ["model=tiny_random", "method=ecospec", "dataset=humaneval", f"num_prompts={size['cell_prompts']}",
-            f"max_new_tokens={size['cell_tokens']}", f"device={device}", "logger=none", "progress=false",
-            "force=true", "name=gpu_check", f"out_dir={out_dir}"]  # fmt: skip
+    args = [
+        "model=tiny_random",
+        "method=ecospec",
+        "dataset=humaneval",
+        f"num_prompts={size['cell_prompts']}",
+        f"max_new_tokens={size['cell_tokens']}",
+        f"device={device}",
+        "logger=none",
+        "progress=false",
+        "force=true",
+        "name=gpu_check",
+        f"out_dir={out_dir}",
+    ]
     if device == "cpu":
         args.append("threads=1")
     env = {**os.environ, **OFFLINE_ENV}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(run_py), *args], cwd=ctx["out"], env=env, capture_output=True,
-                          text=True, timeout=ctx["cell_timeout"])  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(run_py), *args],
+        cwd=ctx["out"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=ctx["cell_timeout"],
+    )
     records = sorted((out_dir / "gpu_check").glob("*/result.json"))
-    result = {"command": " ".join(["python", "run.py", *args]), "returncode": proc.returncode,
-              "wall_s": time.perf_counter() - t0, "stdout_tail": proc.stdout[-1500:],
-              "stderr_tail": proc.stderr[-3000:]}  # fmt: skip
+    result = {
+        "command": " ".join(["python", "run.py", *args]),
+        "returncode": proc.returncode,
+        "wall_s": time.perf_counter() - t0,
+        "stdout_tail": proc.stdout[-1500:],
+        "stderr_tail": proc.stderr[-3000:],
+    }
     if not records:
         raise StepFailed(f"run.py exited {proc.returncode} and wrote no result.json: {proc.stderr[-500:]}", result)
     rec = json.loads(records[-1].read_text())
     s = rec.get("summary") or {}
-    result.update({
-        "record": str(records[-1]), "status": rec.get("status"), "error": rec.get("error"),
-        "alpha": s.get("alpha"), "speedup": s.get("speedup"), "matches_ar": s.get("matches_ar"),
-        "experts_per_layer": s.get("experts_per_layer"), "tokens_per_s": s.get("tokens_per_s"),
-        "ar_source": s.get("ar_source"), "storage": (rec.get("env") or {}).get("storage"),
-        "hardware": (rec.get("env") or {}).get("hardware"), "data_source": rec.get("data_source"),
-    })  # fmt: skip
+    result.update(
+        {
+            "record": str(records[-1]),
+            "status": rec.get("status"),
+            "error": rec.get("error"),
+            "alpha": s.get("alpha"),
+            "speedup": s.get("speedup"),
+            "matches_ar": s.get("matches_ar"),
+            "experts_per_layer": s.get("experts_per_layer"),
+            "tokens_per_s": s.get("tokens_per_s"),
+            "ar_source": s.get("ar_source"),
+            "storage": (rec.get("env") or {}).get("storage"),
+            "hardware": (rec.get("env") or {}).get("hardware"),
+            "data_source": rec.get("data_source"),
+        }
+    )
     if proc.returncode != 0 or rec.get("status") != "ok":
         raise StepFailed(f"cell status {rec.get('status')!r} (exit {proc.returncode}): {rec.get('error')}", result)
     if s.get("matches_ar") != 1.0:
         raise StepFailed(f"greedy cell's matches_ar is {s.get('matches_ar')}, not 1.0", result)
     st = result["storage"] or {}
-    return result, (f"alpha {s['alpha']:.2f}, speedup {s['speedup']:.2f}x, matches_ar {s['matches_ar']:.2f}, "
-                    f"storage {st.get('experts')}/{st.get('dense')} ({st.get('experts_implementation')})")  # fmt: skip
+    return result, (
+        f"alpha {s['alpha']:.2f}, speedup {s['speedup']:.2f}x, matches_ar {s['matches_ar']:.2f}, "
+        f"storage {st.get('experts')}/{st.get('dense')} ({st.get('experts_implementation')})"
+    )
 
 
 # -- step: routes under grouped_mm equal eager's ------------------------------------------------------------------
@@ -380,8 +436,10 @@ def step_routes_grouped_mm(ctx: dict) -> tuple[dict, str]:
             }
             if dtype_name == "fp32" and not same.all():
                 share = 1 - float(same.float().mean())
-                failures.append(f"{family} fp32: grouped_mm routes differ from eager's on {share:.1%} of "
-                                f"token-layers (from MoE layer {diff_layers[0]})")  # fmt: skip
+                failures.append(
+                    f"{family} fp32: grouped_mm routes differ from eager's on {share:.1%} of "
+                    f"token-layers (from MoE layer {diff_layers[0]})"
+                )
         families[family] = row
     result = {"families": families, "asserted": "fp32 routes equal; bf16 recorded", "tokens": list(ids.shape)}
     if failures:
@@ -391,8 +449,9 @@ def step_routes_grouped_mm(ctx: dict) -> tuple[dict, str]:
     if skips:
         result["skipped"] = skips
     fp32 = sum(bool(r["fp32"].get("routes_equal")) for r in families.values())
-    bf16 = ", ".join(f"{f} {r['bf16']['token_routes_equal']:.2f}" for f, r in families.items()
-                     if "token_routes_equal" in r["bf16"])  # fmt: skip
+    bf16 = ", ".join(
+        f"{f} {r['bf16']['token_routes_equal']:.2f}" for f, r in families.items() if "token_routes_equal" in r["bf16"]
+    )
     return result, f"fp32 routes equal {fp32}/{len(families)}; bf16 share of token routes equal: {bf16}"
 
 
@@ -446,9 +505,16 @@ def step_verify_latency(ctx: dict) -> tuple[dict, str]:
                 "fit_r2": fit.r2 if fit else None,
             }
             table.append((name, impl, per_impl[impl]))
-        models[name] = {"records": len(recs), "dir": where, "storage": recs[0]["storage"], "top_k": recs[0]["top_k"],
-                        "num_experts": recs[0]["num_experts"], "hardware": recs[0]["hardware"], "impls": per_impl,
-                        "log": lines[-(len(impls) + 1):]}  # fmt: skip
+        models[name] = {
+            "records": len(recs),
+            "dir": where,
+            "storage": recs[0]["storage"],
+            "top_k": recs[0]["top_k"],
+            "num_experts": recs[0]["num_experts"],
+            "hardware": recs[0]["hardware"],
+            "impls": per_impl,
+            "log": lines[-(len(impls) + 1) :],
+        }
     result = {"settings": {**vl, "impls": impls}, "impls_missing": missing, "out": str(out), "models": models}
     if failures:
         raise StepFailed("; ".join(failures), result)
@@ -477,8 +543,12 @@ def run_step(name: str, fn: Callable[[dict], tuple[dict, str]], ctx: dict) -> di
     except StepFailed as e:
         rec.update(status="failed", summary=f"FAILED: {e}", error=str(e), result=e.result)
     except Exception as e:  # any error of a step is its record, never the end of the check
-        rec.update(status="failed", summary=f"FAILED: {type(e).__name__}: {e}", error=f"{type(e).__name__}: {e}",
-                   traceback=traceback.format_exc()[-4000:])  # fmt: skip
+        rec.update(
+            status="failed",
+            summary=f"FAILED: {type(e).__name__}: {e}",
+            error=f"{type(e).__name__}: {e}",
+            traceback=traceback.format_exc()[-4000:],
+        )
     rec["wall_s"] = time.perf_counter() - t0
     return rec
 
@@ -501,8 +571,10 @@ def tables(summary: dict) -> str:
         lines.append(f"{name:<18} {s['status']:<8} {s['wall_s']:7.1f}  {s.get('summary', '')}"[:400])
     sd = ((summary["steps"].get("sd_vs_ar") or {}).get("result") or {}).get("families")
     if sd:
-        head = (f"{'family':<12} {'preset':<14} {'fp32 = AR':>9} {'alpha':>6} {'bf16 = AR':>9} "
-                f"{'bf16 first divergence':<22} {'bf16 AR = fp32 AR':>17} {'bf16 verify vs step':>22}")  # fmt: skip
+        head = (
+            f"{'family':<12} {'preset':<14} {'fp32 = AR':>9} {'alpha':>6} {'bf16 = AR':>9} "
+            f"{'bf16 first divergence':<22} {'bf16 AR = fp32 AR':>17} {'bf16 verify vs step':>22}"
+        )
         lines += ["", head]
         for fam, r in sd.items():
             f32, b16 = r.get("fp32") or {}, r.get("bf16") or {}
@@ -512,19 +584,26 @@ def tables(summary: dict) -> str:
                 continue
             v = b16["block_vs_step"]["verify"]
             vs = f"{v['argmax_flips']}/{v['positions']} flips, |Δ| {v['max_abs_logit_diff']:.2g}"
-            lines.append(f"{fam:<12} {r['preset']:<14} {f32['matches_ar']:9.2f} {f32['alpha']:6.2f} "
-                         f"{b16['matches_ar']:9.2f} {str(b16['first_divergence']):<22} "
-                         f"{b16.get('ar_matches_fp32_ar', float('nan')):17.2f} {vs:>22}")  # fmt: skip
+            lines.append(
+                f"{fam:<12} {r['preset']:<14} {f32['matches_ar']:9.2f} {f32['alpha']:6.2f} "
+                f"{b16['matches_ar']:9.2f} {str(b16['first_divergence']):<22} "
+                f"{b16.get('ar_matches_fp32_ar', float('nan')):17.2f} {vs:>22}"
+            )
     vl = ((summary["steps"].get("verify_latency") or {}).get("result") or {}).get("models")
     if vl:
-        lines += ["", f"{'model':<8} {'impl':<11} {'AR ms/layer':>11} {'γ':>3} {'E max':>5} {'ms/layer':>9} "
-                      f"{'fit ms/expert-layer':>19} {'fit ms/layer':>12}"]  # fmt: skip
+        lines += [
+            "",
+            f"{'model':<8} {'impl':<11} {'AR ms/layer':>11} {'γ':>3} {'E max':>5} {'ms/layer':>9} "
+            f"{'fit ms/expert-layer':>19} {'fit ms/layer':>12}",
+        ]
         for model, m in vl.items():
             for impl, r in (m.get("impls") or {}).items():
                 slope = "-" if r["fit_ms_per_expert_layer"] is None else f"{r['fit_ms_per_expert_layer']:.4f}"
                 icpt = "-" if r["fit_ms_per_layer"] is None else f"{r['fit_ms_per_layer']:.4f}"
-                lines.append(f"{model:<8} {impl:<11} {r['ar_ms_per_layer']:11.3f} {r['gamma']:3d} {r['E_max']:5d} "
-                             f"{r['ms_per_layer_at_E_max']:9.3f} {slope:>19} {icpt:>12}")  # fmt: skip
+                lines.append(
+                    f"{model:<8} {impl:<11} {r['ar_ms_per_layer']:11.3f} {r['gamma']:3d} {r['E_max']:5d} "
+                    f"{r['ms_per_layer_at_E_max']:9.3f} {slope:>19} {icpt:>12}"
+                )
     return "\n".join(lines)
 
 
@@ -557,8 +636,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu_check: {problem}", file=sys.stderr)
         return 2
     if a.device == "cuda" and not torch.cuda.is_available():
-        print(f"gpu_check: --device cuda, but torch {torch.__version__} sees no CUDA GPU (torch.version.cuda = "
-              f"{torch.version.cuda})", file=sys.stderr)  # fmt: skip
+        print(
+            f"gpu_check: --device cuda, but torch {torch.__version__} sees no CUDA GPU (torch.version.cuda = "
+            f"{torch.version.cuda})",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
     if device.type == "cpu":
@@ -569,10 +651,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    summary = {"schema": 1, "kind": "gpu_check", "device": a.device, "started": _now(), "out": str(out),
-               "env": environment(device), "steps": {}}  # fmt: skip
-    ctx = {"device": device, "out": out, "sizes": SIZES[device.type], "vl_layers": a.vl_layers,
-           "cell_timeout": a.cell_timeout}  # fmt: skip
+    summary = {
+        "schema": 1,
+        "kind": "gpu_check",
+        "device": a.device,
+        "started": _now(),
+        "out": str(out),
+        "env": environment(device),
+        "steps": {},
+    }
+    ctx = {
+        "device": device,
+        "out": out,
+        "sizes": SIZES[device.type],
+        "vl_layers": a.vl_layers,
+        "cell_timeout": a.cell_timeout,
+    }
     path = out / "gpu_check.json"
     for name in steps:
         print(f"gpu_check: {name} ...", flush=True)

@@ -56,12 +56,16 @@ def load_profile(model: str, engine: str, dtype: str, processor: str) -> tuple[V
     """(the profile, its hash) for this model, engine, dtype and processor; ProfileMissing names the command."""
     path = profiles_dir() / f"{profile_key(model, engine, dtype, processor)}.json"
     if not path.is_file():
-        raise ProfileMissing(f"no verify-cost profile for model={model} engine={engine} on {processor} ({path}); "
-                             f"make it with: {command(model, engine)}")  # fmt: skip
+        raise ProfileMissing(
+            f"no verify-cost profile for model={model} engine={engine} on {processor} ({path}); "
+            f"make it with: {command(model, engine)}"
+        )
     data = json.loads(path.read_text())
     if data["profile"].get("version") != PROFILE_VERSION:
-        raise ProfileMissing(f"the verify-cost profile {path} was made by another version of ecospec; make it again "
-                             f"with: {command(model, engine)}")  # fmt: skip
+        raise ProfileMissing(
+            f"the verify-cost profile {path} was made by another version of ecospec; make it again "
+            f"with: {command(model, engine)}"
+        )
     return VerifyProfile(**data["profile"]), data["hash"]
 
 
@@ -94,12 +98,31 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
         for warm in (True, False):
             for p in ids:
                 pred = predictor if selector == "ecospec" else None
-                eng = cell.for_decode(target, dr, g, p.shape[1], tokens, predictor=pred, depth=session.draft_shape[0],
-                                      topk=session.draft_shape[1], sizes=tuple(range(1, g + 1)),
-                                      depths=tuple(range(1, g)))  # fmt: skip
-                res = ecospec.generate(target, p, drafter=dr, selector=selector, predictor=pred, gamma=gamma,
-                                       depth=3, topk=2, max_new_tokens=tokens, engine=eng,
-                                       trace=warm and dr is None)  # fmt: skip
+                eng = cell.for_decode(
+                    target,
+                    dr,
+                    g,
+                    p.shape[1],
+                    tokens,
+                    predictor=pred,
+                    depth=session.draft_shape[0],
+                    topk=session.draft_shape[1],
+                    sizes=tuple(range(1, g + 1)),
+                    depths=tuple(range(1, g)),
+                )
+                res = ecospec.generate(
+                    target,
+                    p,
+                    drafter=dr,
+                    selector=selector,
+                    predictor=pred,
+                    gamma=gamma,
+                    depth=3,
+                    topk=2,
+                    max_new_tokens=tokens,
+                    engine=eng,
+                    trace=warm and dr is None,
+                )
                 if warm and dr is None:
                     out["routes"].append(torch.tensor([st.trace.routes for st in res.steps]).squeeze(2))
                 if warm:
@@ -111,15 +134,21 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
                 out["pred"] += [st.t_pred for st in res.steps] if pred is not None else []
                 out["ar"] += [st.t_total for st in res.steps] if dr is None else []
                 if shape != "tree":
-                    out["steps"] += [(st.verified, sum(st.experts) / len(st.experts), st.t_verify)
-                                     for st in res.steps]  # fmt: skip
+                    out["steps"] += [(st.verified, sum(st.experts) / len(st.experts), st.t_verify) for st in res.steps]
     out["draft"] = {shape: seconds / max(passes, 1) for shape, (passes, seconds) in heads.items()}
     sizes = sorted({q for q, _, _ in out["steps"]})
-    out["by_tokens"] = {str(q): [float(np.mean([t for n, _, t in out["steps"] if n == q])),
-                                 float(np.mean([e for n, e, _ in out["steps"] if n == q]))] for q in sizes}  # fmt: skip
+    out["by_tokens"] = {
+        str(q): [
+            float(np.mean([t for n, _, t in out["steps"] if n == q])),
+            float(np.mean([e for n, e, _ in out["steps"] if n == q])),
+        ]
+        for q in sizes
+    }
     out["ar_verify"] = sum(t for q, _, t in out["steps"] if q == 1) / sum(q == 1 for q, _, _ in out["steps"])
-    out["source"] = (f"embedded default: {len(ids)} held-out prompts x {tokens} tokens, AR and chains of gamma "
-                     f"{', '.join(map(str, gammas))}, second of two rounds")  # fmt: skip
+    out["source"] = (
+        f"embedded default: {len(ids)} held-out prompts x {tokens} tokens, AR and chains of gamma "
+        f"{', '.join(map(str, gammas))}, second of two rounds"
+    )
     return out
 
 
@@ -144,8 +173,17 @@ def window_experts(routes: list[torch.Tensor], num_experts: int, sizes) -> dict[
     return out
 
 
-def measure(model: str, engine: str, threads: int = 1, points: int = 3, repeats: int = 20, prompts: int = 2,
-            tokens: int = 32, gammas=GAMMAS, layers: int | None = None) -> Path:  # fmt: skip
+def measure(
+    model: str,
+    engine: str,
+    threads: int = 1,
+    points: int = 3,
+    repeats: int = 20,
+    prompts: int = 2,
+    tokens: int = 32,
+    gammas=GAMMAS,
+    layers: int | None = None,
+) -> Path:
     """Measure and write one profile; returns its path."""
     from ecospec.bench.verify_latency import run
 
@@ -154,8 +192,20 @@ def measure(model: str, engine: str, threads: int = 1, points: int = 3, repeats:
     cost = model_cost(cfg)
     layers = layers or cost.moe_layers
     with tempfile.TemporaryDirectory() as tmp:
-        records = run(model, layers=layers, gammas=list(gammas), impls=["eager"], points=points, repeats=repeats,
-                      warmup=2, prefix=64, device="cpu", out=tmp, echo=None, engines=[engine])  # fmt: skip
+        records = run(
+            model,
+            layers=layers,
+            gammas=list(gammas),
+            impls=["eager"],
+            points=points,
+            repeats=repeats,
+            warmup=2,
+            prefix=64,
+            device="cpu",
+            out=tmp,
+            echo=None,
+            engines=[engine],
+        )
     records = [r for r in records if r["impl"] == ("compiled" if engine == "compiled" else "eager")]
     intercept, per_token, per_expert, r2, n = fit_verify(records, layers)
     ar_pass = next(r["t_pass_s"] for r in records if r["gamma"] == 1)
@@ -170,22 +220,39 @@ def measure(model: str, engine: str, threads: int = 1, points: int = 3, repeats:
         draft, pred = dec["draft"], sum(dec["pred"]) / len(dec["pred"])
         experts = window_experts(dec["routes"], cost.num_experts, sizes)
         by_tokens = dec["by_tokens"]
-        parts = (f"per expert: bench.verify_latency's forced routing ({len(records)} passes); per token and "
-                 f"intercept (and verify_by_tokens, which t_verify uses): the verify phases of {n} real steps "
-                 f"({dec['source']}), their experts priced per expert; unique experts per block size: windows of "
-                 "the AR-decoded text's routes")  # fmt: skip
+        parts = (
+            f"per expert: bench.verify_latency's forced routing ({len(records)} passes); per token and "
+            f"intercept (and verify_by_tokens, which t_verify uses): the verify phases of {n} real steps "
+            f"({dec['source']}), their experts priced per expert; unique experts per block size: windows of "
+            "the AR-decoded text's routes"
+        )
     else:
         ar_step, overhead, draft, pred, by_tokens = ar_pass, max(0.0, ar_pass - fit_ar), {}, None, None
         experts = {str(t): independent_experts(cost.num_experts, cost.top_k, t) for t in sizes}
-        parts = (f"bench.verify_latency's forced routing, {n} points (the embedded default adds real decodes: "
-                 "elsewhere no loop overhead, no head or predictor pass, unique experts per block size for "
-                 "independent uniform routing)")  # fmt: skip
+        parts = (
+            f"bench.verify_latency's forced routing, {n} points (the embedded default adds real decodes: "
+            "elsewhere no loop overhead, no head or predictor pass, unique experts per block size for "
+            "independent uniform routing)"
+        )
     profile = VerifyProfile(
-        model=model, engine=engine, dtype=records[0]["dtype"], processor=_processor(torch.device("cpu")),
-        layers=layers, intercept_s=intercept, per_token_s=per_token, per_expert_layer_s=per_expert, r2=r2, points=n,
-        ar_step_s=ar_step, overhead_s=overhead, draft_pass_s=draft, predictor_pass_s=pred,
-        experts_by_tokens=experts, source=parts, verify_by_tokens=by_tokens,
-    )  # fmt: skip
+        model=model,
+        engine=engine,
+        dtype=records[0]["dtype"],
+        processor=_processor(torch.device("cpu")),
+        layers=layers,
+        intercept_s=intercept,
+        per_token_s=per_token,
+        per_expert_layer_s=per_expert,
+        r2=r2,
+        points=n,
+        ar_step_s=ar_step,
+        overhead_s=overhead,
+        draft_pass_s=draft,
+        predictor_pass_s=pred,
+        experts_by_tokens=experts,
+        source=parts,
+        verify_by_tokens=by_tokens,
+    )
     body = asdict(profile)
     path = profiles_dir() / f"{profile.key}.json"
     write_json(path, {"profile": body, "hash": digest(body), "records": records}, indent=1)
@@ -202,12 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     for engine in a.engine.split(","):
         path = measure(a.model, engine, threads=a.threads, points=a.points)
         p = json.loads(path.read_text())["profile"]
-        print(f"{engine}: t_verify = {p['intercept_s'] * 1e3:.3f} ms + {p['per_token_s'] * 1e3:.4f} ms/token + "
-              f"{p['per_expert_layer_s'] * 1e3:.5f} ms/expert-layer x E x {p['layers']} (R² {p['r2']:.3f}); AR step "
-              f"{p['ar_step_s'] * 1e3:.3f} ms (loop overhead {p['overhead_s'] * 1e3:.3f}); head pass "
-              f"{p['draft_pass_s']}; predictor {p['predictor_pass_s']}; E by block size {p['experts_by_tokens']}; "
-              f"measured verify by block size {p['verify_by_tokens']} -> "
-              f"{path}")  # fmt: skip
+        print(
+            f"{engine}: t_verify = {p['intercept_s'] * 1e3:.3f} ms + {p['per_token_s'] * 1e3:.4f} ms/token + "
+            f"{p['per_expert_layer_s'] * 1e3:.5f} ms/expert-layer x E x {p['layers']} (R² {p['r2']:.3f}); AR step "
+            f"{p['ar_step_s'] * 1e3:.3f} ms (loop overhead {p['overhead_s'] * 1e3:.3f}); head pass "
+            f"{p['draft_pass_s']}; predictor {p['predictor_pass_s']}; E by block size {p['experts_by_tokens']}; "
+            f"measured verify by block size {p['verify_by_tokens']} -> "
+            f"{path}"
+        )
     return 0
 
 

@@ -39,10 +39,26 @@ def _model(config, dtype: torch.dtype, seed: int):
     return model
 
 
-def run_compiled(model_cfg: dict, config, dtype: torch.dtype, label: str, checkpoint_format: str, layers: int,
-                 scale: float, gammas: Sequence[int], points: int, experts, repeats: int, warmup: int, prefix: int,
-                 seed: int,
-                 where: Path, env: dict, hw: str, echo: Callable[[str], None] | None) -> list[dict]:  # fmt: skip
+def run_compiled(
+    model_cfg: dict,
+    config,
+    dtype: torch.dtype,
+    label: str,
+    checkpoint_format: str,
+    layers: int,
+    scale: float,
+    gammas: Sequence[int],
+    points: int,
+    experts,
+    repeats: int,
+    warmup: int,
+    prefix: int,
+    seed: int,
+    where: Path,
+    env: dict,
+    hw: str,
+    echo: Callable[[str], None] | None,
+) -> list[dict]:
     """Time every (γ, E) point and the AR step through the compiled engine; one record each under `where`."""
     from ecospec.bench.verify_latency import e_values, forced_indices, layer_bytes, shapes, timed
     from ecospec.engine.compiled import prepare, refusal
@@ -73,8 +89,10 @@ def run_compiled(model_cfg: dict, config, dtype: torch.dtype, label: str, checkp
                 return prepared.step(tokens, pos, start, tree)
 
             for e in [k] if gamma == 1 else e_values(gamma, k, n, points, experts):
-                sets = [torch.stack([forced_indices(gamma, k, e, n, gen) for _ in range(layers)])
-                        for _ in range(1 + warmup + repeats)]  # fmt: skip
+                sets = [
+                    torch.stack([forced_indices(gamma, k, e, n, gen) for _ in range(layers)])
+                    for _ in range(1 + warmup + repeats)
+                ]
                 static.forced_ids[:, :gamma] = sets[0]
                 one()
                 got = [len(set(static.routes[i, :gamma].flatten().tolist())) for i in range(layers)]
@@ -89,20 +107,50 @@ def run_compiled(model_cfg: dict, config, dtype: torch.dtype, label: str, checkp
                 t_pass = statistics.median(times)
                 nbytes = layers * (e * expert_bytes + dense_bytes)
                 rec = {
-                    "schema": 1, "kind": KIND, "status": "ok", "model": model_cfg["name"], "family": "qwen3_moe",
-                    "layers": layers, "impl": "compiled", "engine": "compiled", "gamma": gamma, "E": e, "top_k": k,
-                    "num_experts": n, "scale": scale, "shapes": shapes(config), "storage": label,
-                    "checkpoint_storage": checkpoint_format, "dtype": str(dtype).removeprefix("torch."),
-                    "attn_implementation": "compiled", "prefix": prefix, "compile_s": prepared.compile_s,
-                    "t_pass_s": t_pass, "t_layer_s": t_pass / layers, "t_pass_min_s": min(times), "times_s": times,
-                    "repeats": repeats, "warmup": warmup, "timer": "perf_counter", "bytes": nbytes,
-                    "expert_bytes": expert_bytes, "dense_layer_bytes": dense_bytes, "gbps": nbytes / t_pass / 1e9,
-                    "hbm_peak_bytes_per_s": None, "peak_source": None, "bw_fraction": None, "hardware": hw,
-                    "device": "cpu", "env": env, "finished": now(),
-                }  # fmt: skip
+                    "schema": 1,
+                    "kind": KIND,
+                    "status": "ok",
+                    "model": model_cfg["name"],
+                    "family": "qwen3_moe",
+                    "layers": layers,
+                    "impl": "compiled",
+                    "engine": "compiled",
+                    "gamma": gamma,
+                    "E": e,
+                    "top_k": k,
+                    "num_experts": n,
+                    "scale": scale,
+                    "shapes": shapes(config),
+                    "storage": label,
+                    "checkpoint_storage": checkpoint_format,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "attn_implementation": "compiled",
+                    "prefix": prefix,
+                    "compile_s": prepared.compile_s,
+                    "t_pass_s": t_pass,
+                    "t_layer_s": t_pass / layers,
+                    "t_pass_min_s": min(times),
+                    "times_s": times,
+                    "repeats": repeats,
+                    "warmup": warmup,
+                    "timer": "perf_counter",
+                    "bytes": nbytes,
+                    "expert_bytes": expert_bytes,
+                    "dense_layer_bytes": dense_bytes,
+                    "gbps": nbytes / t_pass / 1e9,
+                    "hbm_peak_bytes_per_s": None,
+                    "peak_source": None,
+                    "bw_fraction": None,
+                    "hardware": hw,
+                    "device": "cpu",
+                    "env": env,
+                    "finished": now(),
+                }
                 write_json_atomic(where / f"compiled-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
                 records.append(rec)
                 if echo:
-                    echo(f"{model_cfg['name']} compiled   γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
-                         f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s")  # fmt: skip
+                    echo(
+                        f"{model_cfg['name']} compiled   γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
+                        f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s"
+                    )
     return records

@@ -102,8 +102,13 @@ def bench_config(model: Mapping, layers: int, scale: float = 1.0):
     while heads % kv:
         kv -= 1
     kw.update(num_attention_heads=heads, num_key_value_heads=kv, num_hidden_layers=layers)
-    kw.update({k: v for k, v in (("first_k_dense_replace", 0), ("mlp_only_layers", []), ("decoder_sparse_step", 1))
-               if k in kw})  # fmt: skip
+    kw.update(
+        {
+            k: v
+            for k, v in (("first_k_dense_replace", 0), ("mlp_only_layers", []), ("decoder_sparse_step", 1))
+            if k in kw
+        }
+    )
     return type(base)(**kw)
 
 
@@ -204,8 +209,10 @@ def build_stack(config, dtype: torch.dtype, device: torch.device | str, seed: in
         need = len(layers) * (expert_bytes * layers[0].mlp.experts.num_experts + dense_layer_bytes)
         free = torch.cuda.mem_get_info(device)[0]
         if need > 0.85 * free:
-            raise ValueError(f"{len(layers)} layers need {need / 1e9:.1f} GB, {free / 1e9:.1f} GB is free on {device}: "
-                             "ask for fewer --layers")  # fmt: skip
+            raise ValueError(
+                f"{len(layers)} layers need {need / 1e9:.1f} GB, {free / 1e9:.1f} GB is free on {device}: "
+                "ask for fewer --layers"
+            )
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for i, layer in enumerate(layers):
@@ -325,8 +332,10 @@ class Pass:
         types = getattr(stack.config, "layer_types", None) or []
         window = getattr(stack.config, "sliding_window", None)
         masks = {w: causal_mask(gamma, prefix, w, dtype, device) for w in {None, window}}
-        self.masks = [masks[window if i < len(types) and types[i] == "sliding_attention" else None]
-                      for i in range(len(stack.layers))]  # fmt: skip
+        self.masks = [
+            masks[window if i < len(types) and types[i] == "sliding_attention" else None]
+            for i in range(len(stack.layers))
+        ]
         self.cache = PrefixCache(prefix, seed)
         with torch.inference_mode():
             self.position_embeddings = stack.rotary(self.x, self.position_ids)
@@ -335,8 +344,13 @@ class Pass:
         h = self.x
         with torch.inference_mode():
             for layer, mask in zip(self.stack.layers, self.masks, strict=True):
-                kw = {"attention_mask": mask, "position_ids": self.position_ids, "use_cache": True,
-                      "position_embeddings": self.position_embeddings, self.stack.cache_kw: self.cache}  # fmt: skip
+                kw = {
+                    "attention_mask": mask,
+                    "position_ids": self.position_ids,
+                    "use_cache": True,
+                    "position_embeddings": self.position_embeddings,
+                    self.stack.cache_kw: self.cache,
+                }
                 out = layer(h, **kw)
                 h = out[0] if isinstance(out, tuple) else out
         return h
@@ -348,8 +362,11 @@ def experts_seen(stack: Stack, run: Callable[[], object]) -> list[int]:
 
     def hook(layer: int):
         def pre(module, args, kwargs):
-            idx = args[1] if len(args) > 1 else next(v for v in kwargs.values() if torch.is_tensor(v) and
-                                                     not v.is_floating_point())  # fmt: skip
+            idx = (
+                args[1]
+                if len(args) > 1
+                else next(v for v in kwargs.values() if torch.is_tensor(v) and not v.is_floating_point())
+            )
             seen[layer].update(idx.flatten().tolist())
 
         return pre
@@ -444,9 +461,19 @@ def run(
         raise ValueError("--engine compiled: the compiled engine's expert kernel is a CPU one; no GPU has run it yet")
     from ecospec.experiment.records import environment, hardware, now, write_json_atomic
 
-    settings = {"layers": layers, "gammas": list(gammas), "impls": list(impls), "scale": scale, "points": points,
-                "experts": list(experts) if experts else None, "repeats": repeats, "warmup": warmup,
-                "prefix": prefix, "peak_tbps": peak_tbps, "seed": seed}  # fmt: skip
+    settings = {
+        "layers": layers,
+        "gammas": list(gammas),
+        "impls": list(impls),
+        "scale": scale,
+        "points": points,
+        "experts": list(experts) if experts else None,
+        "repeats": repeats,
+        "warmup": warmup,
+        "prefix": prefix,
+        "peak_tbps": peak_tbps,
+        "seed": seed,
+    }
     problem = settings_problem(settings)
     if problem:
         raise ValueError(problem)
@@ -462,9 +489,11 @@ def run(
     use, skipped = available_impls(impls) if "eager" in engines else ([], {})
     if echo:
         width = getattr(config, "moe_intermediate_size", None) or config.intermediate_size
-        echo(f"{model['name']}: {layers} x {type(stack.layers[0]).__name__} (hidden {config.hidden_size}, expert width "
-             f"{width}, N {n}, k {k}), {label} on {hw}: {stack.expert_bytes / 1e6:.3g} MB per expert, "
-             f"{stack.dense_layer_bytes / 1e6:.3g} MB dense per layer")  # fmt: skip
+        echo(
+            f"{model['name']}: {layers} x {type(stack.layers[0]).__name__} (hidden {config.hidden_size}, expert width "
+            f"{width}, N {n}, k {k}), {label} on {hw}: {stack.expert_bytes / 1e6:.3g} MB per expert, "
+            f"{stack.dense_layer_bytes / 1e6:.3g} MB dense per layer"
+        )
     for impl, why in skipped.items():
         echo and echo(f"skipping impl {impl}: {why}")
     tag = "cpu" if device.type == "cpu" else _slug(hw)
@@ -477,8 +506,10 @@ def run(
             for gamma in (1, *gammas):
                 one = Pass(stack, gamma, prefix, seed)
                 for e in [k] if gamma == 1 else e_values(gamma, k, n, points, experts):
-                    sets = [[forced_indices(gamma, k, e, n, gen).to(device) for _ in stack.layers]
-                            for _ in range(1 + warmup + repeats)]  # fmt: skip
+                    sets = [
+                        [forced_indices(gamma, k, e, n, gen).to(device) for _ in stack.layers]
+                        for _ in range(1 + warmup + repeats)
+                    ]
                     forcing.indices = sets[0]
                     got = experts_seen(stack, one)
                     if got != [e] * len(stack.layers):
@@ -492,31 +523,74 @@ def run(
                     t_pass = statistics.median(times)
                     nbytes = layers * (e * stack.expert_bytes + stack.dense_layer_bytes)
                     rec = {
-                        "schema": 1, "kind": KIND, "status": "ok", "model": model["name"], "family": stack.family,
-                        "layers": layers, "impl": impl, "gamma": gamma, "E": e, "top_k": k, "num_experts": n,
-                        "scale": scale, "shapes": shapes(config), "storage": label,
-                        "checkpoint_storage": checkpoint_format, "dtype": str(dtype).removeprefix("torch."),
-                        "attn_implementation": config._attn_implementation, "prefix": prefix,
-                        "t_pass_s": t_pass, "t_layer_s": t_pass / layers, "t_pass_min_s": min(times),
-                        "times_s": times, "repeats": repeats, "warmup": warmup,
+                        "schema": 1,
+                        "kind": KIND,
+                        "status": "ok",
+                        "model": model["name"],
+                        "family": stack.family,
+                        "layers": layers,
+                        "impl": impl,
+                        "gamma": gamma,
+                        "E": e,
+                        "top_k": k,
+                        "num_experts": n,
+                        "scale": scale,
+                        "shapes": shapes(config),
+                        "storage": label,
+                        "checkpoint_storage": checkpoint_format,
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "attn_implementation": config._attn_implementation,
+                        "prefix": prefix,
+                        "t_pass_s": t_pass,
+                        "t_layer_s": t_pass / layers,
+                        "t_pass_min_s": min(times),
+                        "times_s": times,
+                        "repeats": repeats,
+                        "warmup": warmup,
                         "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
-                        "bytes": nbytes, "expert_bytes": stack.expert_bytes,
-                        "dense_layer_bytes": stack.dense_layer_bytes, "gbps": nbytes / t_pass / 1e9,
-                        "hbm_peak_bytes_per_s": peak_bps, "peak_source": peak_source,
+                        "bytes": nbytes,
+                        "expert_bytes": stack.expert_bytes,
+                        "dense_layer_bytes": stack.dense_layer_bytes,
+                        "gbps": nbytes / t_pass / 1e9,
+                        "hbm_peak_bytes_per_s": peak_bps,
+                        "peak_source": peak_source,
                         "bw_fraction": nbytes / t_pass / peak_bps if peak_bps else None,
-                        "hardware": hw, "device": str(device), "env": env, "finished": now(),
-                    }  # fmt: skip
+                        "hardware": hw,
+                        "device": str(device),
+                        "env": env,
+                        "finished": now(),
+                    }
                     write_json_atomic(where / f"{impl}-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
                     records.append(rec)
                     if echo:
                         frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
-                        echo(f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
-                             f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}")  # fmt: skip
+                        echo(
+                            f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
+                            f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
+                        )
     if "compiled" in engines:
         from ecospec.bench.verify_compiled import run_compiled
 
-        records += run_compiled(model, config, dtype, label, checkpoint_format, layers, scale, gammas, points, experts,
-                                repeats, warmup, prefix, seed, where, env, hw, echo)  # fmt: skip
+        records += run_compiled(
+            model,
+            config,
+            dtype,
+            label,
+            checkpoint_format,
+            layers,
+            scale,
+            gammas,
+            points,
+            experts,
+            repeats,
+            warmup,
+            prefix,
+            seed,
+            where,
+            env,
+            hw,
+            echo,
+        )
         use = [*use, "compiled"]
     if echo:
         from ecospec.analysis.cost import fit_latency
@@ -538,8 +612,11 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ecospec.bench.verify_latency", description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="conf/model name (qwen3, gptoss, deepseek, qwen3_30b, mixtral, "
-                   "tiny) or a model YAML path")  # fmt: skip
+    p.add_argument(
+        "--model",
+        required=True,
+        help="conf/model name (qwen3, gptoss, deepseek, qwen3_30b, mixtral, tiny) or a model YAML path",
+    )
     p.add_argument("--layers", type=int, default=4, help="decoder layers built and timed (default 4)")
     p.add_argument("--gammas", type=_ints, default=[4, 8, 16], help="tokens per verify pass, root included")
     p.add_argument("--impls", default=",".join(IMPLS), help=f"experts implementations (default {','.join(IMPLS)})")
@@ -554,15 +631,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--peak-tbps", type=float, default=None, help="HBM peak in TB/s (default: the detected GPU's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--engine", default="eager", help="eager (transformers' layers, --impls) and/or compiled (the "
-                   "compiled engine's verify step; Qwen3-MoE, CPU), comma-separated")  # fmt: skip
+    p.add_argument(
+        "--engine",
+        default="eager",
+        help="eager (transformers' layers, --impls) and/or compiled (the "
+        "compiled engine's verify step; Qwen3-MoE, CPU), comma-separated",
+    )
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
-        run(a.model, layers=a.layers, gammas=a.gammas, impls=[i for i in a.impls.split(",") if i], scale=a.scale,
-            device=a.device, out=a.out, points=a.points, experts=a.experts, repeats=a.repeats, warmup=a.warmup,
-            prefix=a.prefix, peak_tbps=a.peak_tbps, seed=a.seed, engines=a.engine.split(","))  # fmt: skip
+        run(
+            a.model,
+            layers=a.layers,
+            gammas=a.gammas,
+            impls=[i for i in a.impls.split(",") if i],
+            scale=a.scale,
+            device=a.device,
+            out=a.out,
+            points=a.points,
+            experts=a.experts,
+            repeats=a.repeats,
+            warmup=a.warmup,
+            prefix=a.prefix,
+            peak_tbps=a.peak_tbps,
+            seed=a.seed,
+            engines=a.engine.split(","),
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"verify_latency: {e}", file=sys.stderr)
         return 2

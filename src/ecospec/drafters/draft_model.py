@@ -56,8 +56,16 @@ class DraftModelDrafter:
     def _forward(self, tokens: torch.Tensor, qpos: torch.Tensor, vis: torch.Tensor, keep) -> torch.Tensor:
         kpos = moved(self.slots.pos, self.device) if self.layout.windowed else None  # only sliding windows read them
         dev = self.device
-        out = forward_block(self.model, self.layout, self.cache, moved(tokens, dev), moved(qpos, dev), kpos,
-                            moved(vis, dev), logits_to_keep=keep)  # fmt: skip
+        out = forward_block(
+            self.model,
+            self.layout,
+            self.cache,
+            moved(tokens, dev),
+            moved(qpos, dev),
+            kpos,
+            moved(vis, dev),
+            logits_to_keep=keep,
+        )
         return out.logits
 
     @staticmethod

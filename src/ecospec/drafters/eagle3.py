@@ -478,8 +478,10 @@ class Eagle3Drafter:
             flat = [b * out.shape[1] + i for b, row in enumerate(refs) for _, i in row]
             picked = out.flatten(0, 1).index_select(0, torch.tensor(flat, device=out.device))
             return picked.view(len(refs), len(refs[0]), -1)
-        return [torch.stack([self._root_out[b] if o < 0 else self._outputs[o][b, i] for o, i in row])
-                for b, row in enumerate(refs)]  # fmt: skip
+        return [
+            torch.stack([self._root_out[b] if o < 0 else self._outputs[o][b, i] for o, i in row])
+            for b, row in enumerate(refs)
+        ]
 
     # -- protocol -----------------------------------------------------------------------------------
 
@@ -543,8 +545,12 @@ class Eagle3Drafter:
         dev, dt = self.head.device, self.head.dtype
         self.reset(rows=len(positions))
         shared = KVCache()
-        out = self.head(self.head.project(hidden.to(device=dev, dtype=dt))[None], self._embed(tokens[None, 1:]),
-                        torch.arange(n, device=dev), shared)  # fmt: skip
+        out = self.head(
+            self.head.project(hidden.to(device=dev, dtype=dt))[None],
+            self._embed(tokens[None, 1:]),
+            torch.arange(n, device=dev),
+            shared,
+        )
         rows = len(positions)
         self.cache.k = shared.k.expand(rows, *shared.k.shape[1:])
         self.cache.v = shared.v.expand(rows, *shared.v.shape[1:])

@@ -121,8 +121,15 @@ def target_tree_probs(target, window: torch.Tensor, trees: Sequence[DraftTree], 
     cache = new_cache()
     t = window.shape[0]
     pos = torch.arange(t, device=target.device)
-    res = forward_block(target, layout, cache, window[None].to(target.device), pos, pos,
-                        torch.ones(t, t, dtype=torch.bool, device=target.device).tril())  # fmt: skip
+    res = forward_block(
+        target,
+        layout,
+        cache,
+        window[None].to(target.device),
+        pos,
+        pos,
+        torch.ones(t, t, dtype=torch.bool, device=target.device).tril(),
+    )
     prefix_logits = res.logits[0].float()  # position i + 1's logits: the distribution of the first draft level
     tokens, qpos, offsets = [], [], []
     for tree, i in zip(trees, positions, strict=True):
@@ -137,8 +144,9 @@ def target_tree_probs(target, window: torch.Tensor, trees: Sequence[DraftTree], 
         vis[off : off + n, t + off : t + off + n] = ancestor_mask(tree.parents)[1:, 1:]
     dev = target.device
     qpos_t = torch.tensor(qpos, device=dev)
-    out = forward_block(target, layout, cache, torch.tensor([tokens], device=dev), qpos_t,
-                        torch.cat([pos, qpos_t]), vis.to(dev))  # fmt: skip
+    out = forward_block(
+        target, layout, cache, torch.tensor([tokens], device=dev), qpos_t, torch.cat([pos, qpos_t]), vis.to(dev)
+    )
     node_logits = out.logits[0].float()
     probs, greedy = [], []
     for tree, i, off in zip(trees, positions, offsets, strict=True):
@@ -215,8 +223,15 @@ def _trees(head: Eagle3Head, target, window, feats, positions, s: GtoSettings) -
     return grow_trees(logp, ids, drafter.expand_rows, s.depth)
 
 
-def gto_terms(head: Eagle3Head, ref: Eagle3Head, target, window: torch.Tensor, feats: torch.Tensor,
-              s: GtoSettings, gen: torch.Generator) -> tuple[torch.Tensor, dict]:  # fmt: skip
+def gto_terms(
+    head: Eagle3Head,
+    ref: Eagle3Head,
+    target,
+    window: torch.Tensor,
+    feats: torch.Tensor,
+    s: GtoSettings,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, dict]:
     """The GTO loss of one window (differentiable in `head`) and its statistics."""
     groups = _positions(feats.shape[1], s, gen)
     flat = [i for g in groups for i in g]
@@ -311,10 +326,20 @@ def train_gto(
         log.reward_gain.append(sum(st["reward_gain"] for _, st in terms) / len(terms))
         log.accepted.append(sum(st["accepted"] for _, st in terms) / len(terms))
         if progress:
-            progress({"step": step, "loss": log.loss[-1], "reward_gain": log.reward_gain[-1],
-                      "accepted": log.accepted[-1]})  # fmt: skip
+            progress(
+                {"step": step, "loss": log.loss[-1], "reward_gain": log.reward_gain[-1], "accepted": log.accepted[-1]}
+            )
         if save and save_every and (step + 1) % save_every == 0 and step + 1 < steps:
-            save({"head": head.state_dict(), "ref": ref.state_dict(), "opt": opt.state_dict(), "step": step + 1,
-                  "sched": sched.state_dict(), "gen": gen.get_state(), "log": dict(log.__dict__)})  # fmt: skip
+            save(
+                {
+                    "head": head.state_dict(),
+                    "ref": ref.state_dict(),
+                    "opt": opt.state_dict(),
+                    "step": step + 1,
+                    "sched": sched.state_dict(),
+                    "gen": gen.get_state(),
+                    "log": dict(log.__dict__),
+                }
+            )
     head.eval()
     return head, log

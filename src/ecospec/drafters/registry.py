@@ -41,8 +41,12 @@ class DrafterKind:
     order: int = 50
 
 
-REGISTRY = Registry("drafter kind", "ecospec.drafters", lambda name, names: ValueError(
-    f"unknown drafter kind {name!r}; allowed: {', '.join(names)}"), prefix="kind_")  # fmt: skip
+REGISTRY = Registry(
+    "drafter kind",
+    "ecospec.drafters",
+    lambda name, names: ValueError(f"unknown drafter kind {name!r}; allowed: {', '.join(names)}"),
+    prefix="kind_",
+)
 register = REGISTRY.register
 kinds = REGISTRY.all
 names = REGISTRY.names

@@ -93,8 +93,10 @@ def generate_batch(
             target, p[None], drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens
         )
     if drafter is not None and method(selector).session is not None:
-        raise ValueError(f"selector {selector!r} decides each prompt's steps itself (its session): generate_batch "
-                         "runs the methods that draft the configured tree; decode it at batch size 1")  # fmt: skip
+        raise ValueError(
+            f"selector {selector!r} decides each prompt's steps itself (its session): generate_batch "
+            "runs the methods that draft the configured tree; decode it at batch size 1"
+        )
     seeds = [seed] * len(rows_in) if isinstance(seed, int) else list(seed)
     if len(seeds) != len(rows_in) or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"generate_batch: seed must be an int or one int per prompt ({len(rows_in)}), got {seed!r}")
@@ -139,8 +141,9 @@ def generate_batch(
         out.t_prefill, out.t_prefill_cpu = t["total"], t["cpu"]
         # committed since the drafter last saw the sequence (the prompt and the root); last = root
         new_tokens = [torch.cat([p, torch.tensor([r])])[None].to(device) for p, r in zip(rows_in, roots, strict=True)]
-        active, lengths = _commit(results, {s: [roots[s]] for s in active}, active, lengths, cache, drafter, predictor,
-                                  eos, max_new_tokens)  # fmt: skip
+        active, lengths = _commit(
+            results, {s: [roots[s]] for s in active}, active, lengths, cache, drafter, predictor, eos, max_new_tokens
+        )
 
         while active:
             timer.start()
@@ -171,10 +174,14 @@ def generate_batch(
             chosen = dict.fromkeys(active, [])
             if batch_buffer == "batch" and with_nodes:
                 picks = select_batch(
-                    selector, [trees[s].parents for s in with_nodes], [trees[s].probs for s in with_nodes],
-                    [experts[s] for s in with_nodes], gamma - 1, [root_experts[s] for s in with_nodes],
+                    selector,
+                    [trees[s].parents for s in with_nodes],
+                    [trees[s].probs for s in with_nodes],
+                    [experts[s] for s in with_nodes],
+                    gamma - 1,
+                    [root_experts[s] for s in with_nodes],
                     shared_buffer=True,
-                )  # fmt: skip
+                )
                 chosen.update(zip(with_nodes, picks, strict=True))
             else:
                 for s in with_nodes:
@@ -211,12 +218,18 @@ def generate_batch(
                 produced[s] = [blk.tokens[j] for j in path[1:]] + [bonus]
                 step_trace = None
                 if trace:
-                    step_trace = StepTrace(blk.tokens, blk.parents, list(blk.depths), list(path),
-                                           routes[:, r, :m].tolist())  # fmt: skip
+                    step_trace = StepTrace(
+                        blk.tokens, blk.parents, list(blk.depths), list(path), routes[:, r, :m].tolist()
+                    )
                 results[s].steps.append(
-                    StepStats(accepted=len(produced[s]), verified=m, experts=(counts > 0).sum(dim=1).tolist(),
-                              trace=step_trace, drafted_depth=max(trees[s].depths, default=0))
-                )  # fmt: skip
+                    StepStats(
+                        accepted=len(produced[s]),
+                        verified=m,
+                        experts=(counts > 0).sum(dim=1).tolist(),
+                        trace=step_trace,
+                        drafted_depth=max(trees[s].depths, default=0),
+                    )
+                )
             lengths = compact_rows(cache, lengths, start, paths)
             timer.mark("verify")
             t = timer.stop()
@@ -227,11 +240,17 @@ def generate_batch(
                 st.t_cpu = t["cpu"]
             out.steps.append(
                 BatchStepStats(
-                    sequences=len(active), verified=int(real.sum()), experts=(in_pass > 0).sum(dim=1).tolist(),
-                    t_draft=t["draft"], t_pred=t["pred"], t_select=t["select"], t_verify=t["verify"],
-                    t_total=t["total"], t_cpu=t["cpu"],
+                    sequences=len(active),
+                    verified=int(real.sum()),
+                    experts=(in_pass > 0).sum(dim=1).tolist(),
+                    t_draft=t["draft"],
+                    t_pred=t["pred"],
+                    t_select=t["select"],
+                    t_verify=t["verify"],
+                    t_total=t["total"],
+                    t_cpu=t["cpu"],
                 )
-            )  # fmt: skip
+            )
 
             # 5. Commit; finished sequences leave the batch (and their cache rows).
             active, lengths = _commit(

@@ -30,8 +30,9 @@ def refusal(target, drafter=None, expert_budget=None) -> str | None:
     """Why `engine="compiled"` cannot run this decode (one line), or None (`engine.scope.compiled_problem`, which
     validation asks too, then the toolchain). Never a silent fall back to eager."""
     kind = None if drafter is None else getattr(drafter, "kind", type(drafter).__name__)
-    problem = compiled_problem(moe_info(target).family, hidden_act=target.config.hidden_act, drafter=kind,
-                               expert_budget=expert_budget)  # fmt: skip
+    problem = compiled_problem(
+        moe_info(target).family, hidden_act=target.config.hidden_act, drafter=kind, expert_budget=expert_budget
+    )
     return problem or toolchain_missing()
 
 
@@ -85,8 +86,9 @@ class CompiledTarget:
     def __exit__(self, *exc) -> None:
         self.routes = []
 
-    def prepare_parts(self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool,
-                      depths: tuple[int, ...] = ()):  # fmt: skip
+    def prepare_parts(
+        self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool, depths: tuple[int, ...] = ()
+    ):
         """The EAGLE-3 head's draft steps (for each tree depth in `depths` too) and the expert predictor's pass
         compiled too (a draft model, the oracle and a method without a predictor keep theirs)."""
         from ecospec.engine.static_eagle3 import prepare_drafter
@@ -160,8 +162,15 @@ class CompiledTarget:
         return torch.cat(routes, dim=1)
 
 
-def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] = (),
-            forced_routing: bool = False, sizes: tuple[int, ...] = ()) -> CompiledTarget:  # fmt: skip
+def prepare(
+    target,
+    *,
+    gamma: int,
+    max_len: int,
+    hidden_layers: tuple[int, ...] = (),
+    forced_routing: bool = False,
+    sizes: tuple[int, ...] = (),
+) -> CompiledTarget:
     """Compile `target`'s step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and
     the compaction of an accepted path), and warm them up (timed: `compile_s`): 1 (AR) and `gamma`, plus `sizes`,
     so that a method verifying fewer tokens pays for those, not for a γ block of padding. The same arguments give
@@ -176,8 +185,9 @@ def prepare(target, *, gamma: int, max_len: int, hidden_layers: tuple[int, ...] 
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
     step = compile_method(static, StaticQwen3.forward)
     compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
-    prepared = CompiledTarget(target, static, step, gamma, max_len, tuple(hidden_layers), compact_step,
-                              sizes=tuple(sizes))  # fmt: skip
+    prepared = CompiledTarget(
+        target, static, step, gamma, max_len, tuple(hidden_layers), compact_step, sizes=tuple(sizes)
+    )
     t0 = time.perf_counter()
     with torch.inference_mode():
         for q in prepared.sizes:  # one call per shape compiles it (from disk when inductor's cache has it)

@@ -27,9 +27,11 @@ def compile_method(obj, fn):
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     return torch.compile(
-        types.MethodType(own, obj), dynamic=False, fullgraph=True,
+        types.MethodType(own, obj),
+        dynamic=False,
+        fullgraph=True,
         options={"cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},
-    )  # fmt: skip
+    )
 
 
 class _Prepared(dict):

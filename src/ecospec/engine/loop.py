@@ -52,16 +52,26 @@ def generate(
     "eager" (transformers' forward, the paper's prototype regime), "compiled" (`engine.compiled`, prepared per call)
     or a `CompiledTarget` prepared once for many calls. `profile`: the verify-cost profile
     (`analysis.cost.VerifyProfile`) a method that prices passes in seconds needs (`bench.profile.load_profile`)."""
-    check_args(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens,
-               profile)  # fmt: skip
+    check_args(
+        target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens, profile
+    )
     spec = method(selector)
     session, needs_experts = spec.open(gamma, depth, topk, profile), spec.predictor is not None
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
-    tgt = open_target(engine, target, drafter, expert_budget, budget_policy, block,
-                      input_ids.shape[1] + max_new_tokens + block, session.block_sizes)  # fmt: skip
+    tgt = open_target(
+        engine,
+        target,
+        drafter,
+        expert_budget,
+        budget_policy,
+        block,
+        input_ids.shape[1] + max_new_tokens + block,
+        session.block_sizes,
+    )
     shape = dict(zip(("depth", "topk"), session.draft_shape, strict=True))
-    drafter, predictor = tgt.prepare_parts(drafter, predictor, gamma=gamma, **shape, depths=session.draft_depths,
-                                           predicted=needs_experts)  # fmt: skip
+    drafter, predictor = tgt.prepare_parts(
+        drafter, predictor, gamma=gamma, **shape, depths=session.draft_depths, predicted=needs_experts
+    )
     num_experts = moe_info(target).num_experts
     eos, gen, timer = eos_set(target, eos_token_id), torch.Generator().manual_seed(seed), StepTimer(target.device)
     ids = input_ids.to(target.device)

@@ -40,6 +40,8 @@ def to_4d(visible: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Te
     fill = _FILL.get(key)
     if fill is None:
         with torch.inference_mode(False):  # plain tensors: usable inside and outside inference mode
-            fill = _FILL[key] = (torch.zeros((), dtype=dtype, device=rows.device),
-                                 torch.full((), torch.finfo(dtype).min, dtype=dtype, device=rows.device))  # fmt: skip
+            fill = _FILL[key] = (
+                torch.zeros((), dtype=dtype, device=rows.device),
+                torch.full((), torch.finfo(dtype).min, dtype=dtype, device=rows.device),
+            )
     return torch.where(rows, *fill)

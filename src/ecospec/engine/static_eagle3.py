@@ -40,23 +40,33 @@ class StaticEagle3(nn.Module):
         self.eps, self.topk, self.norm_before_residual = c.rms_norm_eps, topk, c.norm_before_residual
         self.act = F.silu if c.hidden_act == "silu" else mlp.act
         self.mapped = c.draft_vocab_size != c.vocab_size or bool(head.d2t.any())
-        self.register_buffer("k_cache", torch.zeros(self.nk, max_len, self.d, dtype=dtype, device=dev),
-                             persistent=False)  # fmt: skip
+        self.register_buffer(
+            "k_cache", torch.zeros(self.nk, max_len, self.d, dtype=dtype, device=dev), persistent=False
+        )
         self.register_buffer("v_cache", torch.zeros_like(self.k_cache), persistent=False)
-        self.register_buffer("node_out", torch.zeros(1 + window, c.hidden_size, dtype=dtype, device=dev),
-                             persistent=False)  # fmt: skip
+        self.register_buffer(
+            "node_out", torch.zeros(1 + window, c.hidden_size, dtype=dtype, device=dev), persistent=False
+        )
         self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
         cos, sin = attn._cos_sin(torch.arange(max_len, device=dev), dtype)  # the eager head's own RoPE table
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         embed = drafter.embed.weight
         with torch.no_grad():
-            self.w = {"fc": head.fc.weight, "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight,
-                      attn.v_proj.weight]), "o": attn.o_proj.weight, "gate_up": torch.cat([mlp.gate_proj.weight,
-                      mlp.up_proj.weight]), "down": mlp.down_proj.weight, "hidden_norm": layer.hidden_norm.weight,
-                      "input_ln": layer.input_layernorm.weight, "post_ln": layer.post_attention_layernorm.weight,
-                      "norm": head.norm.weight, "lm_head": head.lm_head.weight, "d2t": head.d2t,
-                      "embed": embed.to(device=dev) if embed.device != dev else embed}  # fmt: skip
+            self.w = {
+                "fc": head.fc.weight,
+                "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                "o": attn.o_proj.weight,
+                "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                "down": mlp.down_proj.weight,
+                "hidden_norm": layer.hidden_norm.weight,
+                "input_ln": layer.input_layernorm.weight,
+                "post_ln": layer.post_attention_layernorm.weight,
+                "norm": head.norm.weight,
+                "lm_head": head.lm_head.weight,
+                "d2t": head.d2t,
+                "embed": embed.to(device=dev) if embed.device != dev else embed,
+            }
         self.input_norm = None if head.input_norm is None else head.input_norm.weight
         self.qk_norm = None if attn.q_norm is None else (attn.q_norm.weight, attn.k_norm.weight)
 
@@ -76,8 +86,14 @@ class StaticEagle3(nn.Module):
         self.v_cache.index_copy_(1, slots, vs)
         mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device)
         mask = mask.masked_fill(~visible, torch.finfo(x.dtype).min)
-        out = F.scaled_dot_product_attention(qk[None, :nq], self.k_cache[None], self.v_cache[None],
-                                             attn_mask=mask[None, None], scale=d**-0.5, enable_gqa=True)  # fmt: skip
+        out = F.scaled_dot_product_attention(
+            qk[None, :nq],
+            self.k_cache[None],
+            self.v_cache[None],
+            attn_mask=mask[None, None],
+            scale=d**-0.5,
+            enable_gqa=True,
+        )
         h = residual + F.linear(out[0].transpose(0, 1).reshape(q, nq * d), w["o"])
         gate, up = F.linear(rms_norm(h, w["post_ln"], self.eps), w["gate_up"]).chunk(2, dim=-1)
         return h + F.linear(self.act(gate) * up, w["down"])
@@ -102,8 +118,9 @@ class StaticEagle3(nn.Module):
 
     def level_step(self, parents, tokens, pos, slots, start, block, rows, temperature):
         """One tree level: nodes whose parents' outputs are node_out[parents], written to node_out[rows]."""
-        out = self._layer(self.node_out.index_select(0, parents), tokens, pos, slots,
-                          visible_slots(self.slot_ids, start, block))  # fmt: skip
+        out = self._layer(
+            self.node_out.index_select(0, parents), tokens, pos, slots, visible_slots(self.slot_ids, start, block)
+        )
         self.node_out.index_copy_(0, rows, out)
         return self._children(out, temperature)
 
@@ -123,8 +140,16 @@ class StaticEagle3(nn.Module):
         for level in range(1, depth):
             slots = (level - 1) * k + here  # the level's slots in the window
             beam_block = beam_block.scatter(1, slots[:, None], True)
-            v, i, lg = self.level_step(beam_rows, beam_tokens, (n - 1 + level).expand(k), n + slots, n, beam_block,
-                                       1 + slots, temperatures[level])  # fmt: skip
+            v, i, lg = self.level_step(
+                beam_rows,
+                beam_tokens,
+                (n - 1 + level).expand(k),
+                n + slots,
+                n,
+                beam_block,
+                1 + slots,
+                temperatures[level],
+            )
             all_vals.append(v.flatten())
             all_ids.append(i.flatten())
             all_logits.append(lg)
@@ -181,10 +206,26 @@ class CompiledEagle3:
         t0 = time.perf_counter()
         with torch.inference_mode():  # one call per shape compiles it (from disk when inductor's cache has it)
             for d in self.depths:
-                self.draft_c(self._feats, self._tokens, self._pos, self._start, self._begin_block[1], self._pick[1],
-                             self._temperatures, d)  # fmt: skip
-            self.level_c(self._lv["parents"], self._lv["tokens"], self._lv["pos"], self._lv["slots"], self._start,
-                         self._lv_block, self._lv["rows"], self._temperature(1))  # fmt: skip
+                self.draft_c(
+                    self._feats,
+                    self._tokens,
+                    self._pos,
+                    self._start,
+                    self._begin_block[1],
+                    self._pick[1],
+                    self._temperatures,
+                    d,
+                )
+            self.level_c(
+                self._lv["parents"],
+                self._lv["tokens"],
+                self._lv["pos"],
+                self._lv["slots"],
+                self._start,
+                self._lv_block,
+                self._lv["rows"],
+                self._temperature(1),
+            )
         self.compile_s = time.perf_counter() - t0
         self.reset()
 
@@ -198,8 +239,11 @@ class CompiledEagle3:
         if depth not in self._temps:
             t = self.drafter.temperature
             t = t if isinstance(t, float | int) else t[min(depth, len(t)) - 1]
-            self._temps[depth] = torch.tensor(float(t), dtype=torch.float64 if self._feats.dtype == torch.float64
-                                              else torch.float32, device=self._feats.device)  # fmt: skip
+            self._temps[depth] = torch.tensor(
+                float(t),
+                dtype=torch.float64 if self._feats.dtype == torch.float64 else torch.float32,
+                device=self._feats.device,
+            )
         return self._temps[depth]
 
     def reset(self, rows: int = 1) -> None:
@@ -233,18 +277,30 @@ class CompiledEagle3:
             torch.add(self._arange, n, out=self._pos)
             self._start.fill_(n)
             ahead = self._ahead(depth)
-            vals, ids, beams, logits = self.draft_c(self._feats, self._tokens, self._pos, self._start,
-                                                    self._begin_block[m], self._pick[m], self._temperatures,
-                                                    ahead)  # fmt: skip
+            vals, ids, beams, logits = self.draft_c(
+                self._feats,
+                self._tokens,
+                self._pos,
+                self._start,
+                self._begin_block[m],
+                self._pick[m],
+                self._temperatures,
+                ahead,
+            )
             k = self.topk
             self._drafted = (vals, ids, beams.tolist(), logits, ahead)
             vals, ids, logits = vals[None, :k], ids[None, :k], logits[:1]
         else:  # the prompt: the same step uncompiled
             causal = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
             vals, ids, logits = self.static.begin_step(
-                moved(new_hidden[0], dev, dt), tokens, torch.arange(n, n + m, device=dev), torch.tensor(n, device=dev),
-                causal, torch.tensor([m - 1], device=dev), self._temperature(1),
-            )  # fmt: skip
+                moved(new_hidden[0], dev, dt),
+                tokens,
+                torch.arange(n, n + m, device=dev),
+                torch.tensor(n, device=dev),
+                causal,
+                torch.tensor([m - 1], device=dev),
+                self._temperature(1),
+            )
             self._drafted = None
         self._log(logits)
         self.length = n + m
@@ -308,8 +364,13 @@ class CompiledEagle3:
             self._node_row[i] = 1 + first + j
         sees = [(j, self._node_row[a] - 1) for j, i in enumerate(level) for a in tree.path(i)]
         here = range(first, first + len(level))  # the level's slots in the window
-        values = {"parents": parents, "tokens": [tree.tokens[i] for i in level], "pos": [n - 1 + depth] * len(level),
-                  "slots": [n + j for j in here], "rows": [1 + j for j in here]}  # fmt: skip
+        values = {
+            "parents": parents,
+            "tokens": [tree.tokens[i] for i in level],
+            "pos": [n - 1 + depth] * len(level),
+            "slots": [n + j for j in here],
+            "rows": [1 + j for j in here],
+        }
         if compiled:  # the level graph's buffers
             bufs, block, step = self._lv, self._lv_block.zero_(), self.level_c
             for name, vals in values.items():
@@ -319,8 +380,16 @@ class CompiledEagle3:
             block, step = torch.zeros(len(level), self.window, dtype=torch.bool, device=dev), self.static.level_step
         block[[a for a, _ in sees], [b for _, b in sees]] = True
         self._start.fill_(n)
-        return step(bufs["parents"], bufs["tokens"], bufs["pos"], bufs["slots"], self._start, block, bufs["rows"],
-                    self._temperature(depth + 1))  # fmt: skip
+        return step(
+            bufs["parents"],
+            bufs["tokens"],
+            bufs["pos"],
+            bufs["slots"],
+            self._start,
+            block,
+            bufs["rows"],
+            self._temperature(depth + 1),
+        )
 
 
 def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int, depths: tuple[int, ...] = ()):

@@ -29,9 +29,16 @@ from ecospec.engine.tree import DraftTree
 
 def _layer_weights(layer) -> dict:
     a, mlp = layer.self_attn, layer.mlp
-    w = {"ln1": layer.input_layernorm.weight, "ln1_eps": layer.input_layernorm.variance_epsilon,
-         "ln2": layer.post_attention_layernorm.weight, "ln2_eps": layer.post_attention_layernorm.variance_epsilon,
-         "act": mlp.act_fn, "scaling": a.scaling, "head_dim": a.head_dim, "q_norm": None}  # fmt: skip
+    w = {
+        "ln1": layer.input_layernorm.weight,
+        "ln1_eps": layer.input_layernorm.variance_epsilon,
+        "ln2": layer.post_attention_layernorm.weight,
+        "ln2_eps": layer.post_attention_layernorm.variance_epsilon,
+        "act": mlp.act_fn,
+        "scaling": a.scaling,
+        "head_dim": a.head_dim,
+        "q_norm": None,
+    }
     for name in ("q", "k", "v", "o"):
         proj = getattr(a, f"{name}_proj")
         w[name], w[f"{name}_bias"] = proj.weight, proj.bias
@@ -39,8 +46,12 @@ def _layer_weights(layer) -> dict:
         proj = getattr(mlp, name)
         w[name], w[f"{name}_bias"] = proj.weight, proj.bias
     if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
-        w.update(q_norm=a.q_norm.weight, q_eps=a.q_norm.variance_epsilon, k_norm=a.k_norm.weight,
-                 k_eps=a.k_norm.variance_epsilon)  # fmt: skip
+        w.update(
+            q_norm=a.q_norm.weight,
+            q_eps=a.q_norm.variance_epsilon,
+            k_norm=a.k_norm.weight,
+            k_eps=a.k_norm.variance_epsilon,
+        )
     return w
 
 
@@ -64,9 +75,15 @@ class StaticPredictor(nn.Module):
         self.register_buffer("cos", cos[0], persistent=False)
         self.register_buffer("sin", sin[0], persistent=False)
         self.weights = [_layer_weights(layer) for layer in bb.layers]
-        self.top = {"embed": predictor.embed.weight, "proj": predictor.proj.weight, "proj_bias": predictor.proj.bias,
-                    "norm": bb.norm.weight, "norm_eps": bb.norm.variance_epsilon, "head": predictor.head.weight,
-                    "head_bias": predictor.head.bias}  # fmt: skip
+        self.top = {
+            "embed": predictor.embed.weight,
+            "proj": predictor.proj.weight,
+            "proj_bias": predictor.proj.bias,
+            "norm": bb.norm.weight,
+            "norm_eps": bb.norm.variance_epsilon,
+            "head": predictor.head.weight,
+            "head_bias": predictor.head.bias,
+        }
 
     def forward(self, ints, block, pick):
         """A block of tokens ints[0] [q] at positions ints[1] written at slots ints[2] (consecutive), seeing the
@@ -93,8 +110,9 @@ class StaticPredictor(nn.Module):
             k_cache, v_cache = self.k_cache[i], self.v_cache[i]
             k_cache.index_copy_(1, slots, ks)
             v_cache.index_copy_(1, slots, vs)
-            out = F.scaled_dot_product_attention(qs[None], k_cache[None], v_cache[None], attn_mask=mask,
-                                                 scale=w["scaling"], enable_gqa=True)  # fmt: skip
+            out = F.scaled_dot_product_attention(
+                qs[None], k_cache[None], v_cache[None], attn_mask=mask, scale=w["scaling"], enable_gqa=True
+            )
             h = h + F.linear(out[0].transpose(0, 1).reshape(q, -1), w["o"], w["o_bias"])
             x = rms_norm(h, w["ln2"], w["ln2_eps"], hf=True)
             gate = w["act"](F.linear(x, w["gate_proj"], w["gate_proj_bias"]))

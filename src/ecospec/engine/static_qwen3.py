@@ -66,8 +66,15 @@ def expert_kernel():
         where = cache_root() / "torch_extensions" / f"expert_mlp-{_cpu_key()}"  # -march=native: one build per CPU
         where.mkdir(parents=True, exist_ok=True)
         try:
-            _KERNEL.append(load("ecospec_expert_mlp", [str(KERNEL_SOURCE)], build_directory=str(where),
-                                extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False))  # fmt: skip
+            _KERNEL.append(
+                load(
+                    "ecospec_expert_mlp",
+                    [str(KERNEL_SOURCE)],
+                    build_directory=str(where),
+                    extra_cflags=["-O3", "-march=native", "-fopenmp-simd"],
+                    verbose=False,
+                )
+            )
         except Exception as err:  # noqa: BLE001 - any build failure is reported as the reason
             _KERNEL.append(err)
     if isinstance(_KERNEL[0], Exception):
@@ -154,8 +161,11 @@ class StaticQwen3(nn.Module):
         # every weight a step reads, in plain containers: the compiled step fetches its ~200 inputs from here, where
         # walking module attributes (target.model.layers[i].self_attn.q_proj.weight) cost ~250 us a call
         self.weights = [_layer_weights(layer) for layer in model.layers]
-        self.head_weights = {"embed": model.embed_tokens.weight, "norm": model.norm.weight,
-                             "lm_head": target.lm_head.weight}  # fmt: skip
+        self.head_weights = {
+            "embed": model.embed_tokens.weight,
+            "norm": model.norm.weight,
+            "lm_head": target.lm_head.weight,
+        }
         self.norm_eps = model.norm.variance_epsilon
         self.attn_scaling = model.layers[0].self_attn.scaling
 
@@ -171,9 +181,13 @@ class StaticQwen3(nn.Module):
         k_cache.index_copy_(1, slots, k)
         v_cache.index_copy_(1, slots, v)
         out = F.scaled_dot_product_attention(
-            q[None], k_cache[None], v_cache[None], attn_mask=mask, scale=self.attn_scaling,
+            q[None],
+            k_cache[None],
+            v_cache[None],
+            attn_mask=mask,
+            scale=self.attn_scaling,
             enable_gqa=self.n_heads != self.n_kv,
-        )  # fmt: skip
+        )
         return F.linear(out[0].transpose(0, 1).reshape(q_len, -1), w["o"], w["o_bias"])
 
     def _mlp(self, w: dict, moe_index: int | None, x, routes: list):
@@ -234,10 +248,16 @@ class StaticQwen3(nn.Module):
 def _layer_weights(layer) -> dict:
     """One decoder layer's weights (and norm epsilons) by name: shared with the HF module, never copied."""
     attn, mlp = layer.self_attn, layer.mlp
-    w = {"ln1": layer.input_layernorm.weight, "ln1_eps": layer.input_layernorm.variance_epsilon,
-         "ln2": layer.post_attention_layernorm.weight, "ln2_eps": layer.post_attention_layernorm.variance_epsilon,
-         "q_norm": attn.q_norm.weight, "q_eps": attn.q_norm.variance_epsilon, "k_norm": attn.k_norm.weight,
-         "k_eps": attn.k_norm.variance_epsilon}  # fmt: skip
+    w = {
+        "ln1": layer.input_layernorm.weight,
+        "ln1_eps": layer.input_layernorm.variance_epsilon,
+        "ln2": layer.post_attention_layernorm.weight,
+        "ln2_eps": layer.post_attention_layernorm.variance_epsilon,
+        "q_norm": attn.q_norm.weight,
+        "q_eps": attn.q_norm.variance_epsilon,
+        "k_norm": attn.k_norm.weight,
+        "k_eps": attn.k_norm.variance_epsilon,
+    }
     for name in ("q", "k", "v", "o"):
         proj = getattr(attn, f"{name}_proj")
         w[name], w[f"{name}_bias"] = proj.weight, proj.bias

@@ -14,8 +14,9 @@ from ecospec.engine.tree import DraftTree
 from ecospec.methods import method, names
 
 
-def check_args(target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new,
-               profile=None):  # fmt: skip
+def check_args(
+    target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new, profile=None
+):
     """One ValueError naming the first argument of a decode that cannot run."""
     if not (input_ids.dim() == 2 and input_ids.shape[0] == 1 and input_ids.shape[1] >= 1):
         raise ValueError(f"input_ids must have shape [1, n>=1] (batch size 1), got {tuple(input_ids.shape)}")
@@ -45,9 +46,11 @@ def check_args(target, input_ids, drafter, selector, predictor, gamma, depth, to
     if spec.predictor == "oracle" and predictor != "oracle":
         raise ValueError(f"selector {selector!r} takes the target router's true expert sets: pass predictor='oracle'")
     if drafter is not None and spec.cost_model and profile is None:
-        raise ValueError(f"selector {selector!r} prices passes in seconds: pass profile=<VerifyProfile> "
-                         "(bench.profile.load_profile; make one with python -m ecospec.bench.profile --model M "
-                         "--engine E)")  # fmt: skip
+        raise ValueError(
+            f"selector {selector!r} prices passes in seconds: pass profile=<VerifyProfile> "
+            "(bench.profile.load_profile; make one with python -m ecospec.bench.profile --model M "
+            "--engine E)"
+        )
 
 
 def eos_set(target, eos_token_id: int | list[int] | None) -> set[int]:

@@ -63,8 +63,17 @@ class EagerTarget:
 
     def prefill(self, ids: torch.Tensor):
         n = ids.shape[0]
-        res = forward_block(self.target, self.layout, self.cache, ids[None], torch.arange(n, device=self.device)[None],
-                            None, None, hidden=bool(self.hidden_layers), logits_to_keep=1)  # fmt: skip
+        res = forward_block(
+            self.target,
+            self.layout,
+            self.cache,
+            ids[None],
+            torch.arange(n, device=self.device)[None],
+            None,
+            None,
+            hidden=bool(self.hidden_layers),
+            logits_to_keep=1,
+        )
         self.capture.clear()
         return res.logits[0, -1:], self._features(res)
 
@@ -81,8 +90,16 @@ class EagerTarget:
             vis = torch.cat([torch.ones(q, prefix, dtype=torch.bool, device=device), tree_vis], 1)
         if self.budget is not None:
             self.budget.active = self.budgeted  # SD verify passes only: AR steps are never budgeted
-        res = forward_block(self.target, self.layout, self.cache, torch.tensor([tokens], device=device), qpos, kpos,
-                            vis, hidden=bool(self.hidden_layers))  # fmt: skip
+        res = forward_block(
+            self.target,
+            self.layout,
+            self.cache,
+            torch.tensor([tokens], device=device),
+            qpos,
+            kpos,
+            vis,
+            hidden=bool(self.hidden_layers),
+        )
         if self.budget is not None:
             self.budget.active = False
         return res.logits[0], self._features(res)
@@ -95,8 +112,9 @@ class EagerTarget:
         tokens = torch.tensor([[root] + tree.tokens], device=device)
         qpos = torch.tensor([0] + tree.depths, device=device) + prefix
         kpos = torch.cat([torch.arange(prefix, device=device), qpos])
-        vis = torch.cat([torch.ones(len(tree) + 1, prefix, dtype=torch.bool, device=device),
-                         ancestor_mask(tree.parents, device)], 1)  # fmt: skip
+        vis = torch.cat(
+            [torch.ones(len(tree) + 1, prefix, dtype=torch.bool, device=device), ancestor_mask(tree.parents, device)], 1
+        )
         forward_block(self.target, self.layout, self.cache, tokens, qpos, kpos, vis, logits_to_keep=1)
         self.cache.crop(-(len(tree) + 1))
         return self.capture.pop()  # this pass alone: the verify passes are counted at the end
@@ -119,14 +137,22 @@ def open_target(engine, target, drafter, expert_budget, budget_policy, block: in
     if reason:
         raise ValueError(reason)
     if engine == "compiled":
-        return prepare(target, gamma=block, max_len=slots(longest), hidden_layers=hidden,
-                       sizes=tuple(s for s in sizes if s <= block))  # fmt: skip
+        return prepare(
+            target,
+            gamma=block,
+            max_len=slots(longest),
+            hidden_layers=hidden,
+            sizes=tuple(s for s in sizes if s <= block),
+        )
     if engine.target is not target:
         raise ValueError("engine: the CompiledTarget was prepared for another target")
     if engine.gamma < block or engine.max_len < longest:
-        raise ValueError(f"engine: the CompiledTarget was prepared for gamma {engine.gamma} and {engine.max_len} "
-                         f"slots; this decode needs gamma {block} and {longest}")  # fmt: skip
+        raise ValueError(
+            f"engine: the CompiledTarget was prepared for gamma {engine.gamma} and {engine.max_len} "
+            f"slots; this decode needs gamma {block} and {longest}"
+        )
     if engine.hidden_layers != hidden:
-        raise ValueError(f"engine: the CompiledTarget gives hidden layers {engine.hidden_layers}, the drafter needs "
-                         f"{hidden}")  # fmt: skip
+        raise ValueError(
+            f"engine: the CompiledTarget gives hidden layers {engine.hidden_layers}, the drafter needs {hidden}"
+        )
     return engine

@@ -65,27 +65,54 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             predictor = None if ar else comp.predictor
             session = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
             depth, topk = session.draft_shape
-            engine = comp.engine.for_decode(comp.target, drafter, cfg["gamma"], len(ids), cfg["max_new_tokens"],
-                                            predictor=predictor if method["selector"] in needing_experts() else None,
-                                            depth=depth, topk=topk, sizes=session.block_sizes,
-                                            depths=session.draft_depths)  # fmt: skip
+            engine = comp.engine.for_decode(
+                comp.target,
+                drafter,
+                cfg["gamma"],
+                len(ids),
+                cfg["max_new_tokens"],
+                predictor=predictor if method["selector"] in needing_experts() else None,
+                depth=depth,
+                topk=topk,
+                sizes=session.block_sizes,
+                depths=session.draft_depths,
+            )
             t0, c0 = clock_now()
             res = ecospec.generate(
-                comp.target, torch.tensor([ids]), drafter=drafter, engine=engine,
-                selector=method["selector"], predictor=predictor, gamma=cfg["gamma"],
-                depth=cfg["depth"], topk=cfg["topk"], temperature=cfg["temperature"], top_p=cfg["top_p"],
-                max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"], trace=not ar and trace_left > 0,
-                profile=None if ar else comp.profile, **_budget(cfg, method),
-            )  # fmt: skip
+                comp.target,
+                torch.tensor([ids]),
+                drafter=drafter,
+                engine=engine,
+                selector=method["selector"],
+                predictor=predictor,
+                gamma=cfg["gamma"],
+                depth=cfg["depth"],
+                topk=cfg["topk"],
+                temperature=cfg["temperature"],
+                top_p=cfg["top_p"],
+                max_new_tokens=cfg["max_new_tokens"],
+                seed=cfg["seed"],
+                trace=not ar and trace_left > 0,
+                profile=None if ar else comp.profile,
+                **_budget(cfg, method),
+            )
             t1, c1 = clock_now()
             row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
             if ar and _peer(cfg):  # the AR users have, on the same prompt right after ours
                 hf_tokens, hf_seconds, hf_cpu = hf_generate(
-                    comp.target, torch.tensor([ids]), cfg["temperature"], cfg["top_p"], cfg["max_new_tokens"],
+                    comp.target,
+                    torch.tensor([ids]),
+                    cfg["temperature"],
+                    cfg["top_p"],
+                    cfg["max_new_tokens"],
                     cfg["seed"],
-                )  # fmt: skip
-                row.update(hf_tokens=len(hf_tokens), hf_seconds=hf_seconds, hf_cpu_seconds=hf_cpu,
-                           hf_same=hf_tokens == row["tokens"])  # fmt: skip
+                )
+                row.update(
+                    hf_tokens=len(hf_tokens),
+                    hf_seconds=hf_seconds,
+                    hf_cpu_seconds=hf_cpu,
+                    hf_same=hf_tokens == row["tokens"],
+                )
             if cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
                 row.update(replay_quality(comp.target, ids, row["tokens"]))
             if not ar and trace_left > 0:
@@ -97,8 +124,9 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
     return rows
 
 
-def _decode_prompts(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool,
-                    others: tuple = ()) -> tuple[dict[str, list[dict]], list[dict] | None]:  # fmt: skip
+def _decode_prompts(
+    comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool, others: tuple = ()
+) -> tuple[dict[str, list[dict]], list[dict] | None]:
     """({method name: its rows}, AR's rows or None): every prompt with the cell's method, then each of `others`
     ((method, components) of `experiment.interleave`), then, when `interleave_ar`, AR (so a machine that slows
     down slows them all alike: every speedup and every method-against-method ratio is a ratio of one run)."""
@@ -142,8 +170,17 @@ def batch_schedule(prompts, size: int):
         queue.extend((i, t + 1) for i, t in batch if t + 1 < len(prompts[i].turns))
 
 
-def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress: Progress, method: dict,
-                  answers: dict, trace_left: int) -> tuple[list[dict], dict]:  # fmt: skip
+def _decode_batch(
+    comp: Components,
+    prompts,
+    batch,
+    n: int,
+    cfg: dict,
+    progress: Progress,
+    method: dict,
+    answers: dict,
+    trace_left: int,
+) -> tuple[list[dict], dict]:
     """Batch `n` of the schedule (`batch`: (prompt index, turn) pairs) decoded together by `generate_batch`, or its
     rows from `progress`: (rows, batch row). Each prompt row gets an equal share of the batch's wall time (so a
     cell's seconds count every batch once); the batch row holds what the batched verify passes did."""
@@ -156,11 +193,22 @@ def _decode_batch(comp: Components, prompts, batch, n: int, cfg: dict, progress:
     ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
     t0, c0 = clock_now()
     res = ecospec.generate_batch(
-        comp.target, ids, drafter=None if ar else comp.drafter, selector=method["selector"],
-        predictor=None if ar else comp.predictor, gamma=cfg["gamma"], depth=cfg["depth"], topk=cfg["topk"],
-        temperature=cfg["temperature"], top_p=cfg["top_p"], max_new_tokens=cfg["max_new_tokens"], seed=cfg["seed"],
-        trace=not ar and trace_left > 0, batch_buffer=cfg.get("batch_buffer") or "sequence", **_budget(cfg, method),
-    )  # fmt: skip
+        comp.target,
+        ids,
+        drafter=None if ar else comp.drafter,
+        selector=method["selector"],
+        predictor=None if ar else comp.predictor,
+        gamma=cfg["gamma"],
+        depth=cfg["depth"],
+        topk=cfg["topk"],
+        temperature=cfg["temperature"],
+        top_p=cfg["top_p"],
+        max_new_tokens=cfg["max_new_tokens"],
+        seed=cfg["seed"],
+        trace=not ar and trace_left > 0,
+        batch_buffer=cfg.get("batch_buffer") or "sequence",
+        **_budget(cfg, method),
+    )
     t1, c1 = clock_now()
     brow = batch_row(n, keys, res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
     rows = []
@@ -187,8 +235,12 @@ def _decode_batched(comp: Components, prompts, cfg: dict, progress: Progress, in
     answers = {m["name"]: {i: [] for i in range(len(prompts))} for m in (method, AR_METHOD)}  # each its own answers
     rows, batches, ar_rows, ar_batches = [], [], [], []
     name = method["name"] + (" + ar" if interleave_ar else "")
-    bar = tqdm(total=sum(len(p.turns) for p in prompts), desc=f"{name} {cfg['dataset']['name']} B={cfg['batch_size']}",
-               unit="prompt", disable=not cfg.get("progress", True))  # fmt: skip
+    bar = tqdm(
+        total=sum(len(p.turns) for p in prompts),
+        desc=f"{name} {cfg['dataset']['name']} B={cfg['batch_size']}",
+        unit="prompt",
+        disable=not cfg.get("progress", True),
+    )
     for n, batch in enumerate(batch_schedule(prompts, cfg["batch_size"])):
         new, brow = _decode_batch(comp, prompts, batch, n, cfg, progress, method, answers[method["name"]], trace_left)
         trace_left -= sum(len(r.get("trace", ())) for r in new)
@@ -214,8 +266,12 @@ def ar_key(cfg: dict, hardware: str, clock: str = "wall") -> dict:
     model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
     keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
     peer = "hf_generate" if _peer(cfg) else "none"  # which ARs the record chose from
-    key = {"model": model, **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys}, "hardware": hardware,
-           "ar_peer": peer}  # fmt: skip
+    key = {
+        "model": model,
+        **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys},
+        "hardware": hardware,
+        "ar_peer": peer,
+    }
     if clock != "wall":  # wall-clock baselines keep the keys they had before the knob
         key["clock"] = clock
     if cfg.get("engine", "eager") != "eager":  # so do eager ones: an AR of another engine is another baseline
@@ -267,8 +323,16 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
     return ar
 
 
-def _summary(comp: Components, cfg: dict, rows: list[dict], batches: list[dict] | None, ar: dict,
-             storage: dict, clock: str, pairing: str) -> dict:  # fmt: skip
+def _summary(
+    comp: Components,
+    cfg: dict,
+    rows: list[dict],
+    batches: list[dict] | None,
+    ar: dict,
+    storage: dict,
+    clock: str,
+    pairing: str,
+) -> dict:
     s = summarize(rows, batches, clock)
     s["ar_tokens_per_s"] = ar["tokens_per_s"]
     s["ar_source"] = ar.get("source", "ecospec")
@@ -328,8 +392,9 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     if d["batch_size"] > 1:
         rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
     else:
-        by_method, ar_rows = _decode_prompts(comp, prompts, d, progress, interleave, [(o[0]["method"], o[1])
-                                                                                      for o in others])  # fmt: skip
+        by_method, ar_rows = _decode_prompts(
+            comp, prompts, d, progress, interleave, [(o[0]["method"], o[1]) for o in others]
+        )
         rows, batches, ar_batches = by_method[d["method"]["name"]], None, None
     is_ar = d["method"]["name"] == "ar"
     own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)

@@ -17,9 +17,16 @@ from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kin
 from ecospec.experiment.engines import CellEngine
 
 RANDOM_BACKBONE = {
-    "model_type": "qwen3", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 4096,
-}  # fmt: skip
+    "model_type": "qwen3",
+    "vocab_size": 8,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "max_position_embeddings": 4096,
+}
 
 
 @dataclass
@@ -119,8 +126,13 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
 
         if mode != "device_map":  # eager kernels, as tiny_model builds them
             where = random_checkpoint(model)
-            target = load_target(str(where), dtype=_dtype(model.get("dtype")), attn_implementation="eager",
-                                 experts_implementation="eager", parallel=mode)  # fmt: skip
+            target = load_target(
+                str(where),
+                dtype=_dtype(model.get("dtype")),
+                attn_implementation="eager",
+                experts_implementation="eager",
+                parallel=mode,
+            )
             return target, byte_tokenizer()
         target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
         return target.to(device=device, dtype=_dtype(model.get("dtype"))), byte_tokenizer()
@@ -133,8 +145,13 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
         dirs = _tiny_dirs(model)
         tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
         if mode != "device_map":
-            target = load_target(str(dirs["target"] / "model"), dtype=_dtype(model.get("dtype")),
-                                 attn_implementation="sdpa", experts_implementation="eager", parallel=mode)  # fmt: skip
+            target = load_target(
+                str(dirs["target"] / "model"),
+                dtype=_dtype(model.get("dtype")),
+                attn_implementation="sdpa",
+                experts_implementation="eager",
+                parallel=mode,
+            )
             return target, tokenizer
         target = _load_model(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
         return target.to(device), tokenizer

@@ -68,8 +68,22 @@ ROUTED_ON_CPU = (
 # What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
 TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
 TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
-GTO_KEYS = ("data", "datasets", "num_prompts", "response_tokens", "steps", "lr", "warmup_steps", "batch_size",
-            "seq_len", "groups", "group_size", "depth", "topk", "seed")  # fmt: skip
+GTO_KEYS = (
+    "data",
+    "datasets",
+    "num_prompts",
+    "response_tokens",
+    "steps",
+    "lr",
+    "warmup_steps",
+    "batch_size",
+    "seq_len",
+    "groups",
+    "group_size",
+    "depth",
+    "topk",
+    "seed",
+)
 
 
 class ConfigError(ValueError):
@@ -80,8 +94,11 @@ def as_dict(cfg: DictConfig | Mapping) -> dict:
     """The config as plain resolved data, without Hydra's own `hydra` node (which only resolves inside a run)."""
     if not isinstance(cfg, DictConfig):
         return {k: v for k, v in dict(cfg).items() if k != "hydra"}
-    return {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-            for k in cfg if k != "hydra"}  # fmt: skip
+    return {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in cfg
+        if k != "hydra"
+    }
 
 
 def cell_config(cfg: DictConfig | Mapping) -> dict:
@@ -357,11 +374,25 @@ def validate_gto(d: Mapping) -> None:
     validate_parallel(d)
     g = d.get("gto") or {}
     if not g.get("data"):
-        _validate_datasets(g.get("datasets"), "gto.datasets",
-                           "a non-empty list of datasets (their train split), or set gto.data")  # fmt: skip
-    _positive_ints(g, (("steps", 1), ("batch_size", 1), ("seq_len", 8), ("groups", 1), ("group_size", 2),
-                       ("depth", 1), ("topk", 1), ("response_tokens", 1), ("save_every", 1),
-                       ("batch_size_generate", 1)), "gto.")  # fmt: skip
+        _validate_datasets(
+            g.get("datasets"), "gto.datasets", "a non-empty list of datasets (their train split), or set gto.data"
+        )
+    _positive_ints(
+        g,
+        (
+            ("steps", 1),
+            ("batch_size", 1),
+            ("seq_len", 8),
+            ("groups", 1),
+            ("group_size", 2),
+            ("depth", 1),
+            ("topk", 1),
+            ("response_tokens", 1),
+            ("save_every", 1),
+            ("batch_size_generate", 1),
+        ),
+        "gto.",
+    )
     lr = g.get("lr")
     if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
         raise _bad("gto.lr", lr, "must be a number > 0")
@@ -443,8 +474,11 @@ def validate_parallel(d: Mapping) -> None:
     if ranks < 2:
         raise _bad("ranks", ranks, f"model.parallel={mode} shards the target over ranks: set ranks >= 2")
     if model.get("device_map"):
-        raise _bad("model.device_map", model.get("device_map"), f"model.parallel={mode} places the shards itself: "
-                   "set model.device_map=null")  # fmt: skip
+        raise _bad(
+            "model.device_map",
+            model.get("device_map"),
+            f"model.parallel={mode} places the shards itself: set model.device_map=null",
+        )
     family = model_family(model)
     facts = model_facts(model)
     problem = layout_problem(family, mode, ranks, SimpleNamespace(**facts) if facts else None) if family else None
@@ -469,8 +503,12 @@ def _validate_budget(d: Mapping) -> None:
     budget, method = d.get("expert_budget"), d["method"]
     if method.get("budgeted"):
         if budget is None:
-            raise _bad("expert_budget", None, f"method={method['name']} caps the experts of every verify pass: set "
-                       "expert_budget=<experts per MoE layer> (e.g. 8)")  # fmt: skip
+            raise _bad(
+                "expert_budget",
+                None,
+                f"method={method['name']} caps the experts of every verify pass: set "
+                "expert_budget=<experts per MoE layer> (e.g. 8)",
+            )
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise _bad("expert_budget", budget, "must be an integer >= the model's top-k")
         family = model_family(d["model"])
@@ -508,9 +546,14 @@ def _validate_engine(d: Mapping) -> None:
     if engine == "eager":
         return
     model = d.get("model") or {}
-    problem = compiled_problem(model_family(model), drafter=drafter_kind(d), expert_budget=d.get("expert_budget"),
-                               batch_size=d.get("batch_size", 1), parallel=model.get("parallel"),
-                               backend=(d.get("backend") or {}).get("name", "hf"))  # fmt: skip
+    problem = compiled_problem(
+        model_family(model),
+        drafter=drafter_kind(d),
+        expert_budget=d.get("expert_budget"),
+        batch_size=d.get("batch_size", 1),
+        parallel=model.get("parallel"),
+        backend=(d.get("backend") or {}).get("name", "hf"),
+    )
     if problem:
         raise _bad("engine", engine, problem)
 
@@ -527,22 +570,31 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
             raise _bad("method", method["name"], "n-gram drafting runs on backend=vllm only (the HF engine has none)")
         return False
     if method["name"] not in VLLM_METHODS:
-        raise _bad("method", method["name"], f"vLLM cannot run it (cost-aware tree selection, the oracle, GTO and "
-                   f"budgets are the HF engine's: backend=hf); on backend=vllm: {', '.join(VLLM_METHODS)}")  # fmt: skip
+        raise _bad(
+            "method",
+            method["name"],
+            f"vLLM cannot run it (cost-aware tree selection, the oracle, GTO and "
+            f"budgets are the HF engine's: backend=hf); on backend=vllm: {', '.join(VLLM_METHODS)}",
+        )
     if d.get("expert_budget") is not None:
         raise _bad("expert_budget", d["expert_budget"], "vLLM has no expert budget (MoE-Spec runs on backend=hf)")
     if d.get("trace_steps"):
         raise _bad("trace_steps", d["trace_steps"], "vLLM records no verify-pass traces (backend=hf)")
     drafters = d["model"].get("drafters") or {}
     if kind not in (None, "ngram") and kind not in drafters:
-        raise ConfigError(f"method={method['name']} needs a {kind} drafter, but model={d['model']['name']} has none "
-                          f"(model.drafters has: {', '.join(drafters) or 'nothing'})")  # fmt: skip
+        raise ConfigError(
+            f"method={method['name']} needs a {kind} drafter, but model={d['model']['name']} has none "
+            f"(model.drafters has: {', '.join(drafters) or 'nothing'})"
+        )
     spec = drafters.get(kind) or {}
     if kind in ("eagle3", "draft_model") and spec.get("path") in ("random", "perturbed"):
         raise _bad(f"model.drafters.{kind}.path", spec["path"], "vLLM loads a drafter checkpoint (a path or HF id)")
     if d["model"].get("source") == "random":
-        raise _bad("model", d["model"]["name"], "a random preset has no checkpoint for vLLM to load: use model=tiny "
-                   "or a real model")  # fmt: skip
+        raise _bad(
+            "model",
+            d["model"]["name"],
+            "a random preset has no checkpoint for vLLM to load: use model=tiny or a real model",
+        )
     if b.get("routed_experts") and d.get("device") == "cpu":
         raise _bad("backend.routed_experts", True, ROUTED_ON_CPU)
     for key in ("max_model_len", "rounds", "warmups"):
@@ -616,8 +668,11 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if temp is not None and not (temp == "calibrated" and model["source"] == "tiny"):
         temps = temp if isinstance(temp, list | tuple) and temp else [temp]  # one per draft depth, or one for all
         if any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in temps):
-            raise _bad(f"model.drafters.{kind}.temperature", temp, "null (1.0), a number > 0, or calibrated (the "
-                       "tiny build's fitted draft temperature; model=tiny only)")  # fmt: skip
+            raise _bad(
+                f"model.drafters.{kind}.temperature",
+                temp,
+                "null (1.0), a number > 0, or calibrated (the tiny build's fitted draft temperature; model=tiny only)",
+            )
     if kind == "gto" and model["source"] != "tiny" and not (drafters["gto"] or {}).get("path"):
         if stored_gto(model) is None and check_predictor:
             raise ConfigError(
@@ -629,8 +684,11 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if pred not in (None, *PREDICTORS):
         raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
     if method_spec(method["selector"]).session is not None and d["batch_size"] > 1:
-        raise _bad("batch_size", d["batch_size"], f"selector {method['selector']} decides each prompt's steps "
-                   "itself: it runs at batch_size=1")  # fmt: skip
+        raise _bad(
+            "batch_size",
+            d["batch_size"],
+            f"selector {method['selector']} decides each prompt's steps itself: it runs at batch_size=1",
+        )
     needs = method_spec(method["selector"]).predictor
     if needs is not None and pred != needs:
         raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")

@@ -41,8 +41,9 @@ def _generate(comp, ids: list[int], d: dict, selector: str | None):
     if selector is None:
         return ecospec.generate(comp.target, torch.tensor([ids]), drafter=None, **kw)
     predictor = comp.predictor if selector == "ecospec" else None
-    return ecospec.generate(comp.target, torch.tensor([ids]), drafter=comp.drafter, selector=selector,
-                            predictor=predictor, **kw)  # fmt: skip
+    return ecospec.generate(
+        comp.target, torch.tensor([ids]), drafter=comp.drafter, selector=selector, predictor=predictor, **kw
+    )
 
 
 def methods_of(d: dict) -> tuple[tuple[str, str | None], ...]:
@@ -63,8 +64,10 @@ def modeled(model: dict, depth: int, gpu: str, selector: str | None, alpha: floa
 def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     prompts = _prompts(d)
     methods = methods_of(d)  # the table's rows
-    comp = load_components({**d, "method": {"name": "ecospec", "drafter": "default", "selector": "ecospec",
-                                             "predictor": "learned"}}, device)  # fmt: skip
+    comp = load_components(
+        {**d, "method": {"name": "ecospec", "drafter": "default", "selector": "ecospec", "predictor": "learned"}},
+        device,
+    )
     rows = {label: [] for label, _ in methods}
     same = {label: 0 for label, _ in methods}
     clock, why = pick_clock(d.get("clock"), device)
@@ -81,8 +84,9 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             ar_tokens = list(res.tokens) if selector is None else ar_tokens
             same[label] += list(res.tokens) == ar_tokens
             if selector is None:  # transformers' generate, right after our AR (the AR its users have)
-                toks, secs, cpu = hf_generate(comp.target, torch.tensor([ids]), 0.0, 1.0, d["max_new_tokens"],
-                                              d["seed"])  # fmt: skip
+                toks, secs, cpu = hf_generate(
+                    comp.target, torch.tensor([ids]), 0.0, 1.0, d["max_new_tokens"], d["seed"]
+                )
                 rows[label][-1].update(hf_tokens=len(toks), hf_seconds=secs, hf_cpu_seconds=cpu)
     ours_ar = summarize(rows["AR"], clock=clock)["tokens_per_s"]
     hf_ar = sum(r["hf_tokens"] for r in rows["AR"]) / sum(hf_seconds(r, clock) for r in rows["AR"])
@@ -106,14 +110,25 @@ def _demo(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
             "speedup_interval": [iv.low, iv.high] if iv else None,
         }
     base = methods[1][0]  # EcoSpec against the baseline on the same prompts, interleaved: paired
-    pair = bootstrap([np.concatenate([units["EcoSpec"], units[base]], 1)],
-                     ratio_of(speedup, speedup, slice(0, 6), slice(6, 12)), seed=d["seed"])  # fmt: skip
+    pair = bootstrap(
+        [np.concatenate([units["EcoSpec"], units[base]], 1)],
+        ratio_of(speedup, speedup, slice(0, 6), slice(6, 12)),
+        seed=d["seed"],
+    )
     record["summary"] = {
-        "methods": measured, "prompts": len(prompts), "datasets": list(d["demo"]["datasets"]), "gamma": d["gamma"],
-        "max_new_tokens": d["max_new_tokens"], "gpu": gpu, "ar_source": "hf_generate" if hf_ar > ours_ar else "ecospec",
-        "ar_ecospec_tokens_per_s": ours_ar, "ar_hf_tokens_per_s": hf_ar, "figure": str(job_dir / FIGURE),
-        "clock": clock, "ecospec_vs_baseline": pair.as_dict() if pair else None,
-    }  # fmt: skip
+        "methods": measured,
+        "prompts": len(prompts),
+        "datasets": list(d["demo"]["datasets"]),
+        "gamma": d["gamma"],
+        "max_new_tokens": d["max_new_tokens"],
+        "gpu": gpu,
+        "ar_source": "hf_generate" if hf_ar > ours_ar else "ecospec",
+        "ar_ecospec_tokens_per_s": ours_ar,
+        "ar_hf_tokens_per_s": hf_ar,
+        "figure": str(job_dir / FIGURE),
+        "clock": clock,
+        "ecospec_vs_baseline": pair.as_dict() if pair else None,
+    }
     if why:
         record["summary"]["clock_note"] = why
     write_figure(record["summary"], job_dir / FIGURE)
@@ -169,17 +184,26 @@ def table(s: dict, config: dict | None = None) -> str:
         model = load_model_config(config["model"]["name"])
         depth = (config.get("demo") or {}).get("depth", 3)
         selectors = dict(zip(s["methods"], (sel for _, sel in methods_of({"model": model})), strict=True))
-        s = {**s, "methods": {
-            label: {**m, "modeled_speedup": modeled(model, depth, s["gpu"], selectors[label], m["alpha"], m["E"])[
-                "speedup"]} for label, m in s["methods"].items()}}  # fmt: skip
+        s = {
+            **s,
+            "methods": {
+                label: {
+                    **m,
+                    "modeled_speedup": modeled(model, depth, s["gpu"], selectors[label], m["alpha"], m["E"])["speedup"],
+                }
+                for label, m in s["methods"].items()
+            },
+        }
     gpu = s["gpu"]
     head = f"{'':<9}{'α':>6}{'E':>7}{'speedup (CPU) [95 %]':>24}{f'modeled ({gpu})':>17}{'same as AR':>12}"
     lines = [head]
     for label, m in s["methods"].items():
         iv = m.get("speedup_interval")
         band = f"[{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
-        lines.append(f"{label:<9}{m['alpha']:>6.2f}{m['E']:>7.2f}{m['speedup']:>9.2f}x {band:>13}"
-                     f"{m['modeled_speedup']:>16.2f}x{100 * m['matches_ar']:>11.0f}%")  # fmt: skip
+        lines.append(
+            f"{label:<9}{m['alpha']:>6.2f}{m['E']:>7.2f}{m['speedup']:>9.2f}x {band:>13}"
+            f"{m['modeled_speedup']:>16.2f}x{100 * m['matches_ar']:>11.0f}%"
+        )
     ar = "transformers' generate" if s["ar_source"] == "hf_generate" else "our AR loop"
     lines.append(
         f"{s['prompts']} held-out prompts ({', '.join(s['datasets'])}) x {s['max_new_tokens']} tokens, greedy, "
@@ -209,10 +233,25 @@ def write_figure(s: dict, path: Path) -> Path:
         [v - b[0] for v, b in zip(measured, bands, strict=True)],
         [b[1] - v for v, b in zip(measured, bands, strict=True)],
     ]
-    ax_s.bar([i - w / 2 for i in x], measured, w, color=colors, label="CPU (measured, 95 % interval)", yerr=err,
-             capsize=3, error_kw={"lw": 0.8})  # fmt: skip
-    ax_s.bar([i + w / 2 for i in x], [s["methods"][k]["modeled_speedup"] for k in labels], w, color=colors, alpha=0.45,
-             hatch="//", label=f"{s['gpu']} (modeled)")  # fmt: skip
+    ax_s.bar(
+        [i - w / 2 for i in x],
+        measured,
+        w,
+        color=colors,
+        label="CPU (measured, 95 % interval)",
+        yerr=err,
+        capsize=3,
+        error_kw={"lw": 0.8},
+    )
+    ax_s.bar(
+        [i + w / 2 for i in x],
+        [s["methods"][k]["modeled_speedup"] for k in labels],
+        w,
+        color=colors,
+        alpha=0.45,
+        hatch="//",
+        label=f"{s['gpu']} (modeled)",
+    )
     ax_s.set_xticks(list(x), labels)
     ax_s.axhline(1.0, color="black", lw=0.6)
     ax_s.set_title("speedup vs AR")

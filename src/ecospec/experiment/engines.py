@@ -24,8 +24,19 @@ class CellEngine:
     parts: set = field(default_factory=set)  # what ran compiled: target, eagle3_head, predictor
     _counted: set = field(default_factory=set)  # the compiled drafters and predictors whose warm-up is counted
 
-    def for_decode(self, target, drafter, gamma: int, prompt_len: int, max_new_tokens: int, predictor=None,
-                   depth: int = 3, topk: int = 2, sizes: tuple = (), depths: tuple = ()):  # fmt: skip
+    def for_decode(
+        self,
+        target,
+        drafter,
+        gamma: int,
+        prompt_len: int,
+        max_new_tokens: int,
+        predictor=None,
+        depth: int = 3,
+        topk: int = 2,
+        sizes: tuple = (),
+        depths: tuple = (),
+    ):
         """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length and the
         block `sizes` its method verifies (with the EAGLE-3 head's draft steps for each of `depths` and the
         predictor's pass prepared too: `ecospec.generate` finds them ready)."""
@@ -44,17 +55,24 @@ class CellEngine:
         sizes = tuple(sorted({s for s in sizes if s <= block})) if drafter is not None else ()
         key = (block, size, hidden, sizes)
         if key not in self.prepared:
-            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden,
-                                                    sizes=sizes)  # fmt: skip
+            self.prepared[key] = prepared = prepare(
+                target, gamma=block, max_len=size, hidden_layers=hidden, sizes=sizes
+            )
             self.compile_s += prepared.compile_s
             self.parts.add("target")
         if drafter is not None:
             for part, obj, made in (
-                ("eagle3_head", drafter, prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size,
-                                                         depths=depths)),
-                ("predictor", predictor, prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk,
-                                                           max_len=size)),
-            ):  # fmt: skip
+                (
+                    "eagle3_head",
+                    drafter,
+                    prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size, depths=depths),
+                ),
+                (
+                    "predictor",
+                    predictor,
+                    prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=size),
+                ),
+            ):
                 if made is not obj and id(made) not in self._counted:  # compiled here: its warm-up is counted once
                     self._counted.add(id(made))
                     self.compile_s += made.compile_s

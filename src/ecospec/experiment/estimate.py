@@ -30,15 +30,17 @@ from ecospec.data.split import TEST_FRACTION
 
 SAMPLES = {"gsm8k": 1319, "humaneval": 164, "aime25": 30, "math500": 500, "amc": 83, "mtbench": 80, "mmstar": 1500}
 TURNS = {"mtbench": 2}
-PROMPT_TOKENS = {"gsm8k": 500, "humaneval": 113, "aime25": 120, "math500": 54, "amc": 100, "mtbench": 101,
-                 "mmstar": 70}  # fmt: skip
+PROMPT_TOKENS = {"gsm8k": 500, "humaneval": 113, "aime25": 120, "math500": 54, "amc": 100, "mtbench": 101, "mmstar": 70}
 RESPONSE_TOKENS, TRACE_BATCH, GPUS_PER_NODE = 256, 16, 8
 HF_OVER_ROOFLINE = 35.0
 EPOCHS = 100
 # non-embedding parameters of the paper's predictor backbones (the predictor feeds embeddings, not ids)
 BACKBONE_PARAMS = {"Qwen/Qwen3-0.6B": 0.44e9, "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": 1.31e9}
-BACKBONES = {"qwen3": "Qwen/Qwen3-0.6B", "gptoss": "Qwen/Qwen3-0.6B",
-             "deepseek": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"}  # fmt: skip
+BACKBONES = {
+    "qwen3": "Qwen/Qwen3-0.6B",
+    "gptoss": "Qwen/Qwen3-0.6B",
+    "deepseek": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+}
 PEAK_FLOPS = {"H100": (989e12, 495e12), "H200": (989e12, 495e12), "B200": (2250e12, 1100e12)}  # (bf16, tf32) dense
 TABLE1_PROMPTS, TABLE1_TOKENS, TEMPERATURES, SD_ALPHA = 100, 512, 2, 2.5
 

@@ -62,8 +62,10 @@ def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
     seqs = []
     for k in range(0, len(prompts), g["batch_size_generate"]):
         batch = prompts[k : k + g["batch_size_generate"]]
-        seqs += [torch.tensor(s, dtype=torch.long) for s in conversations(target, tokenizer, batch,
-                                                                          g["response_tokens"], chat)]  # fmt: skip
+        seqs += [
+            torch.tensor(s, dtype=torch.long)
+            for s in conversations(target, tokenizer, batch, g["response_tokens"], chat)
+        ]
     return seqs
 
 
@@ -94,8 +96,13 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     state = torch.load(work / STATE, weights_only=False) if (work / STATE).is_file() and not d.get("force") else None
     seqs = _sequences(d, target, tokenizer)
     settings = GtoSettings(depth=g["depth"], topk=g["topk"], groups=g["groups"], group_size=g["group_size"])
-    bar = tqdm(total=g["steps"], initial=state["step"] if state else 0, desc=f"GTO {model['name']}", unit="step",
-               disable=not d.get("progress", True))  # fmt: skip
+    bar = tqdm(
+        total=g["steps"],
+        initial=state["step"] if state else 0,
+        desc=f"GTO {model['name']}",
+        unit="step",
+        disable=not d.get("progress", True),
+    )
 
     def save(st: dict) -> None:
         if env_rank() == 0:
@@ -107,15 +114,34 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
         bar.set_postfix(gain=f"{e['reward_gain']:+.4f}", acc=f"{e['accepted']:.2f}")
 
     t0 = time.perf_counter()
-    head, log = train_gto(head, target, seqs, steps=g["steps"], lr=g["lr"], batch_size=g["batch_size"],
-                          seq_len=g["seq_len"], settings=settings, warmup_steps=g["warmup_steps"], seed=g["seed"],
-                          progress=progress, state=state, save=save, save_every=g["save_every"])  # fmt: skip
+    head, log = train_gto(
+        head,
+        target,
+        seqs,
+        steps=g["steps"],
+        lr=g["lr"],
+        batch_size=g["batch_size"],
+        seq_len=g["seq_len"],
+        settings=settings,
+        warmup_steps=g["warmup_steps"],
+        seed=g["seed"],
+        progress=progress,
+        state=state,
+        save=save,
+        save_every=g["save_every"],
+    )
     bar.close()
     summary = {
-        "model": model["name"], "start_head": str(where), "sequences": len(seqs), "steps": g["steps"],
-        "resumed_at": state["step"] if state else 0, "reward_gain_last": sum(log.reward_gain[-20:]) / 20,
-        "accepted_last": sum(log.accepted[-20:]) / 20, "seconds": time.perf_counter() - t0, "store": str(root),
-    }  # fmt: skip
+        "model": model["name"],
+        "start_head": str(where),
+        "sequences": len(seqs),
+        "steps": g["steps"],
+        "resumed_at": state["step"] if state else 0,
+        "reward_gain_last": sum(log.reward_gain[-20:]) / 20,
+        "accepted_last": sum(log.accepted[-20:]) / 20,
+        "seconds": time.perf_counter() - t0,
+        "store": str(root),
+    }
     if env_rank() == 0:
         tmp = temp_dir(root / "head")
         save_eagle3(head, tmp)

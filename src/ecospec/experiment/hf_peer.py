@@ -35,7 +35,12 @@ def hf_generate(
     with torch.random.fork_rng(devices=[target.device] if target.device.type == "cuda" else []):
         torch.manual_seed(seed)
         t0, c0 = _now(target.device), time.thread_time()
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                              pad_token_id=pad if pad is not None else eos, **sample)  # fmt: skip
+        out = target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad if pad is not None else eos,
+            **sample,
+        )
         seconds, cpu_seconds = _now(target.device) - t0, time.thread_time() - c0
     return out[0, ids.shape[1] :].tolist(), seconds, cpu_seconds

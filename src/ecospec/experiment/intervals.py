@@ -70,9 +70,13 @@ def experts_units(rows: list[dict], batches: list[dict] | None) -> np.ndarray:
 
 
 def cell_intervals(
-    rows: list[dict], ar_rows: list[dict] | None, batches: list[dict] | None, clock: str, pairing: str,
+    rows: list[dict],
+    ar_rows: list[dict] | None,
+    batches: list[dict] | None,
+    clock: str,
+    pairing: str,
     seed: int = 0,
-) -> dict:  # fmt: skip
+) -> dict:
     """summary["intervals"]: speedup, alpha and E, each an `Interval` as a dict (None where undefined, e.g. one
     prompt), with the AR `pairing`, the clock, and the unit."""
     batched = bool(batches)
@@ -89,6 +93,10 @@ def cell_intervals(
     iv = bootstrap([experts], ratio(0, 1), seed=seed, unit=unit)
     out["E"] = iv.as_dict() if iv else None
     # the per-unit columns themselves, so that the reports can pair two cells' units (method against method)
-    out["units"] = {"keys": unit_keys(rows, batched), "speedup": None if units is None else units.tolist(),
-                    "alpha": alpha.tolist(), "E": experts.tolist()}  # fmt: skip
+    out["units"] = {
+        "keys": unit_keys(rows, batched),
+        "speedup": None if units is None else units.tolist(),
+        "alpha": alpha.tolist(),
+        "E": experts.tolist(),
+    }
     return out

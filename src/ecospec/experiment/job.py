@@ -19,8 +19,21 @@ from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wan
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
 from ecospec.parallel import env_rank, env_world, init_group, world
 
-RUN_KEYS = ("name", "out_dir", "device", "threads", "force", "progress", "logger", "ar_baseline", "ar_peer", "ranks",
-            "clock", "interleave", "memory_check")  # fmt: skip
+RUN_KEYS = (
+    "name",
+    "out_dir",
+    "device",
+    "threads",
+    "force",
+    "progress",
+    "logger",
+    "ar_baseline",
+    "ar_peer",
+    "ranks",
+    "clock",
+    "interleave",
+    "memory_check",
+)
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
 Body = Callable[[dict, Path, torch.device, dict], None]
@@ -61,8 +74,10 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
     from ecospec.analysis.sizing import local_weight_bytes, memory_problem
 
     if not (model.get("facts") or {}).get("hf_config") and local_weight_bytes(model.get("target")) is None:
-        warnings.warn(f"model={model.get('name')}: no sizing facts (facts.hf_config), its memory is not checked "
-                      "before loading", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"model={model.get('name')}: no sizing facts (facts.hf_config), its memory is not checked before loading",
+            stacklevel=2,
+        )
         return
     mode = model.get("parallel") or "device_map"
     if device.type == "cuda" and mode == "device_map" and model.get("device_map"):
@@ -226,10 +241,16 @@ def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[
     starts. A rank that fails stops the others, and the job's record says why."""
     t0 = time.perf_counter()
     record = {
-        "schema": SCHEMA, "kind": job_kind(d), "cell_id": job_id(d), "cell": job_name(d), "experiment": d.get("name"),
-        "status": "failed", "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}}, "started": now(),
+        "schema": SCHEMA,
+        "kind": job_kind(d),
+        "cell_id": job_id(d),
+        "cell": job_name(d),
+        "experiment": d.get("name"),
+        "status": "failed",
+        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
+        "started": now(),
         "env": {"ranks": ranks},
-    }  # fmt: skip
+    }
     try:
         validate_job(d)
     except Exception as e:  # noqa: BLE001 - one clear line, and no process started

@@ -23,9 +23,14 @@ PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_cpu")  # t_
 
 
 def prompt_row(
-    pid: str, turn: int, prompt_tokens: int, res: GenerateResult, seconds: float, oracle: bool,
+    pid: str,
+    turn: int,
+    prompt_tokens: int,
+    res: GenerateResult,
+    seconds: float,
+    oracle: bool,
     cpu_seconds: float | None = None,
-) -> dict:  # fmt: skip
+) -> dict:
     """Everything the summary needs from one generation (sums, so rows of a cell add up). `seconds`: its wall time,
     `cpu_seconds`: the decoding thread's CPU time over the same span (`experiment.clock`)."""
     steps = res.steps
@@ -106,7 +111,7 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_se
                 without_lookups(seconds, cpu_seconds, sums["t_pred_s"]) if oracle else (seconds, cpu_seconds),
                 strict=True,
             )
-        ),  # fmt: skip
+        ),
         "t_prefill_s": res.t_prefill,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],

@@ -57,7 +57,7 @@ def stages(a: argparse.Namespace) -> list[Stage]:
                 *PREDICTOR_RESOURCES.get(a.cluster, []),
                 *a.predictor_set,
             ],
-        ),  # fmt: skip
+        ),
         Stage(
             "table1",
             [
@@ -67,7 +67,7 @@ def stages(a: argparse.Namespace) -> list[Stage]:
                 *common,
                 *a.table_set,
             ],
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -86,8 +86,11 @@ def run_local(a: argparse.Namespace) -> int:
     for stage in stages(a):
         rc = _run([sys.executable, str(ROOT / "run.py"), "-m", *stage.args], a.dry_run)
         if rc:
-            print(f"make paper: stage {stage.name} failed (exit {rc}); fix it and run the same command again "
-                  "(finished jobs are skipped)", file=sys.stderr)  # fmt: skip
+            print(
+                f"make paper: stage {stage.name} failed (exit {rc}); fix it and run the same command again "
+                "(finished jobs are skipped)",
+                file=sys.stderr,
+            )
             return rc
     return _run([sys.executable, "-m", "ecospec.report", "--records", a.out_dir, "--out", a.reports], a.dry_run)
 
@@ -99,10 +102,13 @@ def submit_tables(a: argparse.Namespace, after: str) -> str:
     folder = Path(a.out_dir) / "paper" / ".submitit" / "%j"
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     ex.update_parameters(
-        timeout_min=60, cpus_per_task=2, mem_gb=8, name=f"tables-{a.model}",
+        timeout_min=60,
+        cpus_per_task=2,
+        mem_gb=8,
+        name=f"tables-{a.model}",
         slurm_additional_parameters={"dependency": f"afterany:{after}"},
         **({"slurm_partition": a.partition} if a.partition else {}),
-    )  # fmt: skip
+    )
     report = [sys.executable, "-m", "ecospec.report", "--records", a.out_dir, "--out", a.reports]
     job = ex.submit(subprocess.run, report, check=True, cwd=str(Path.cwd()))
     return job.job_id
@@ -119,8 +125,9 @@ def run_slurm(a: argparse.Namespace) -> int:
             after = f"<{stage.name}>"
             continue
         if rc or not submitted.exists():
-            print(f"make paper: stage {stage.name} was not submitted (exit {rc}); nothing after it was",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"make paper: stage {stage.name} was not submitted (exit {rc}); nothing after it was", file=sys.stderr
+            )
             return rc or 1
         after = json.loads(submitted.read_text())["array_job_id"]
         print(f"make paper: {stage.name} -> Slurm job array {after}", flush=True)
@@ -141,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default="experiments", help="run.py's out_dir for every stage")
     ap.add_argument("--reports", default="reports", help="where make tables writes")
     ap.add_argument("--partition", default=None, help="Slurm partition of the tables job (default: the site's)")
-    for flag, what in (("--set", "every stage"), ("--traces-set", "the traces stage"),
-                       ("--predictor-set", "the predictor stage"), ("--table-set", "the Table 1 stage")):  # fmt: skip
+    for flag, what in (
+        ("--set", "every stage"),
+        ("--traces-set", "the traces stage"),
+        ("--predictor-set", "the predictor stage"),
+        ("--table-set", "the Table 1 stage"),
+    ):
         ap.add_argument(flag, nargs="*", default=[], metavar="KEY=VALUE", help=f"run.py overrides for {what}")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args(argv)

@@ -173,11 +173,22 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
 
     t0 = time.perf_counter()
     summary = train_predictor(
-        predictor, traces, steps=t.get("steps"), epochs=t.get("epochs"), lr=t["lr"], batch_size=t["batch_size"],
-        window=t["window"], out_dir=work, checkpoint_at_accuracy=dict(t.get("levels") or {}),
-        eval_every=t.get("eval_every") or None, seed=t["seed"], split=split, resume=True,
-        save_every_s=float(t.get("save_every_s", 900)), on_step=on_step,
-    )  # fmt: skip
+        predictor,
+        traces,
+        steps=t.get("steps"),
+        epochs=t.get("epochs"),
+        lr=t["lr"],
+        batch_size=t["batch_size"],
+        window=t["window"],
+        out_dir=work,
+        checkpoint_at_accuracy=dict(t.get("levels") or {}),
+        eval_every=t.get("eval_every") or None,
+        seed=t["seed"],
+        split=split,
+        resume=True,
+        save_every_s=float(t.get("save_every_s", 900)),
+        on_step=on_step,
+    )
     bar.close()
     published = []
     for c in summary.checkpoints:  # work/<name> -> <root>/<name>, replacing an older one

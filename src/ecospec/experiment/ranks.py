@@ -70,9 +70,13 @@ def _free_port() -> int:
 def _rank_main(rank: int, d: dict, job_dir: str, world: int, port: int, run_job, body, made) -> None:
     """One spawned rank: the torchrun environment, then the job's body through `run_job` (which joins the group)."""
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     record = run_job({**d, "progress": bool(d.get("progress", True)) and rank == 0}, job_dir, body, made)
     if record["status"] != "ok":
         raise SystemExit(1)  # the others are stopped by the spawner
@@ -86,8 +90,13 @@ def spawn_ranks(d: dict, job_dir: Path, world: int, run_job, body, made=None) ->
     clear_rank_errors(job_dir)
     port = _free_port()
     try:
-        mp.start_processes(_rank_main, args=(d, str(job_dir), world, port, run_job, body, made), nprocs=world,
-                           join=True, start_method="spawn")  # fmt: skip
+        mp.start_processes(
+            _rank_main,
+            args=(d, str(job_dir), world, port, run_job, body, made),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
     except Exception as e:  # noqa: BLE001 - a rank that failed (or was killed): the job's error
         errors = rank_errors(job_dir)
         return "; ".join(errors) if errors else f"{type(e).__name__}: {e}"

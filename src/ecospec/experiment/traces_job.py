@@ -50,9 +50,16 @@ def greedy_responses(
         ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[row, width - len(p) :] = 1
     out = target.generate(
-        input_ids=ids.to(target.device), attention_mask=mask.to(target.device), max_new_tokens=max_new_tokens,
-        do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=pad_id, eos_token_id=eos or None,
-    )  # fmt: skip
+        input_ids=ids.to(target.device),
+        attention_mask=mask.to(target.device),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=pad_id,
+        eos_token_id=eos or None,
+    )
     responses = []
     for row in out[:, width:].tolist():
         end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
@@ -91,10 +98,15 @@ def _collect(d: dict, job_dir: Path, device: torch.device, record: dict) -> None
     chat = d["model"].get("chat_template", True)
     out = traces_dir(d["model"], ds["name"], t["part"], t["parts"])
     collection = {
-        "dataset": ds["name"], "data_source": every.source, "num_prompts": d.get("num_prompts"),
-        "part": t["part"], "parts": t["parts"], "samples": len(mine), "response_tokens": t["response_tokens"],
+        "dataset": ds["name"],
+        "data_source": every.source,
+        "num_prompts": d.get("num_prompts"),
+        "part": t["part"],
+        "parts": t["parts"],
+        "samples": len(mine),
+        "response_tokens": t["response_tokens"],
         "chat_template": chat,
-    }  # fmt: skip
+    }
     main = env_rank() == 0  # a tensor-parallel job: every rank traces, rank 0 writes
     if d.get("force") and main and (out / "manifest.json").exists():
         import shutil

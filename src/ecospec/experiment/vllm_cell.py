@@ -86,9 +86,15 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
     out = Path(cell_dir) / VLLM_DIR
     data = write_dataset(out / "prompts.jsonl", texts)
     requests = max(s.get("requests") or len(texts), (s.get("requests_per_seq") or 0) * d["batch_size"])
-    bench = BenchSettings(output_len=d["max_new_tokens"], concurrency=d["batch_size"], requests=requests,
-                          temperature=d["temperature"], top_p=d["top_p"], seed=d["seed"],
-                          warmups=s["warmups"])  # fmt: skip
+    bench = BenchSettings(
+        output_len=d["max_new_tokens"],
+        concurrency=d["batch_size"],
+        requests=requests,
+        temperature=d["temperature"],
+        top_p=d["top_p"],
+        seed=d["seed"],
+        warmups=s["warmups"],
+    )
     cpu = device.type == "cpu"
     routed = bool(s.get("routed_experts"))
     if routed and cpu:
@@ -100,11 +106,18 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
         raise ValueError("backend.url names the method's server: the AR denominator needs backend.ar_url too")
     kv = _kv_bytes(target, s, d["batch_size"]) if cpu else None
     servers = {
-        n: Server(cli, target, server_args(s, n, d["gamma"], draft, d["seed"], cpu, kv), out / f"{n}.server.log",
-                  url=urls[n], startup_timeout_s=s["startup_timeout_s"], model_name=s["served_name"],
-                  env={"VLLM_USE_V2_MODEL_RUNNER": "1"} if routed else None)  # routes come from the V2 runner only
+        n: Server(
+            cli,
+            target,
+            server_args(s, n, d["gamma"], draft, d["seed"], cpu, kv),
+            out / f"{n}.server.log",
+            url=urls[n],
+            startup_timeout_s=s["startup_timeout_s"],
+            model_name=s["served_name"],
+            env={"VLLM_USE_V2_MODEL_RUNNER": "1"} if routed else None,
+        )  # routes come from the V2 runner only
         for n in names
-    }  # fmt: skip
+    }
     rounds: dict[str, list[dict]] = {n: [] for n in names}
     log = out / "bench.log"
     with stop_on_signals(), ExitStack() as stack:

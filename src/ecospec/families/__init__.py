@@ -37,8 +37,11 @@ class Family:
     order: int = 50
 
 
-REGISTRY = Registry("family", __name__, lambda name, names: KeyError(
-    f"unsupported model family {name!r}; supported: {', '.join(names)}"))  # fmt: skip
+REGISTRY = Registry(
+    "family",
+    __name__,
+    lambda name, names: KeyError(f"unsupported model family {name!r}; supported: {', '.join(names)}"),
+)
 register = REGISTRY.register
 families = REGISTRY.all  # every supported family, in a fixed order
 family = REGISTRY.get  # the family whose model_type is `name` (KeyError naming the supported ones otherwise)

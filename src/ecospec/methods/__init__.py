@@ -55,8 +55,9 @@ class MethodSpec:
         return (self.session or Session)(self, gamma, depth, topk, cost)
 
 
-REGISTRY = Registry("method", __name__, lambda name, names: ValueError(
-    f"unknown policy {name!r}; allowed: {', '.join(names)}"))  # fmt: skip
+REGISTRY = Registry(
+    "method", __name__, lambda name, names: ValueError(f"unknown policy {name!r}; allowed: {', '.join(names)}")
+)
 _REGISTRY = REGISTRY.entries
 register = REGISTRY.register
 methods = REGISTRY.all  # every registered method, in the tables' order

@@ -95,6 +95,17 @@ class CascadeSession(Session):
         return nxt if 1 <= nxt <= self.gamma - 1 and nxt not in tried else None
 
 
-SPEC = register(MethodSpec(name="cascade", label="Cascade", colour="tab:pink", role="cascade", predictor=None,
-                           buffered=False, rule=by_probability, order=33, cost_model=True,
-                           session=CascadeSession))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="cascade",
+        label="Cascade",
+        colour="tab:pink",
+        role="cascade",
+        predictor=None,
+        buffered=False,
+        rule=by_probability,
+        order=33,
+        cost_model=True,
+        session=CascadeSession,
+    )
+)

@@ -16,5 +16,16 @@ class ChainSession(Session):
         return self.draft_shape
 
 
-SPEC = register(MethodSpec(name="chain", label="Chain", colour="tab:olive", role="chain", predictor=None,
-                           buffered=False, rule=by_probability, session=ChainSession, order=15))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="chain",
+        label="Chain",
+        colour="tab:olive",
+        role="chain",
+        predictor=None,
+        buffered=False,
+        rule=by_probability,
+        session=ChainSession,
+        order=15,
+    )
+)

@@ -3,5 +3,15 @@
 from ecospec.methods import MethodSpec, register
 from ecospec.methods._greedy import by_probability
 
-SPEC = register(MethodSpec(name="confidence", label="", colour="tab:blue", role="baseline", predictor=None,
-                           buffered=False, rule=by_probability, order=10))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="confidence",
+        label="",
+        colour="tab:blue",
+        role="baseline",
+        predictor=None,
+        buffered=False,
+        rule=by_probability,
+        order=10,
+    )
+)

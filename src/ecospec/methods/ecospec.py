@@ -4,5 +4,15 @@ pick's experts; the expert sets come from the learned predictor."""
 from ecospec.methods import MethodSpec, register
 from ecospec.methods._greedy import greedy_buffered
 
-SPEC = register(MethodSpec(name="ecospec", label="EcoSpec", colour="tab:red", role="ecospec", predictor="learned",
-                           buffered=True, rule=greedy_buffered, order=30))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="ecospec",
+        label="EcoSpec",
+        colour="tab:red",
+        role="ecospec",
+        predictor="learned",
+        buffered=True,
+        rule=greedy_buffered,
+        order=30,
+    )
+)

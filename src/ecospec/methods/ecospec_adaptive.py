@@ -101,8 +101,16 @@ class AdaptiveSession(Session):
         """(the pick order, its best prefix, that prefix's rate) of the subtree of `c` down to `depth`, priced as
         a step that drafted `depth` levels."""
         cost = self.cost
-        sub = Candidates(c.parents, c.probs, c.depth, c.roots, [[j for j in ch if c.depth[j] <= depth] for ch in
-                         c.children], c.traj, c.buffer, c.eps)  # fmt: skip
+        sub = Candidates(
+            c.parents,
+            c.probs,
+            c.depth,
+            c.roots,
+            [[j for j in ch if c.depth[j] <= depth] for ch in c.children],
+            c.traj,
+            c.buffer,
+            c.eps,
+        )
         drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
         if self.predicting:
             order, buffers = picks_buffered(sub, budget, cost.per_token_s, cost.per_expert_layer_s)
@@ -115,6 +123,17 @@ class AdaptiveSession(Session):
         return order, n, rate
 
 
-SPEC = register(MethodSpec(name="ecospec_adaptive", label="EcoSpec-Adaptive", colour="tab:brown",
-                           role="ecospec_adaptive", predictor="learned", buffered=True, rule=greedy_buffered,
-                           order=35, cost_model=True, session=AdaptiveSession))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="ecospec_adaptive",
+        label="EcoSpec-Adaptive",
+        colour="tab:brown",
+        role="ecospec_adaptive",
+        predictor="learned",
+        buffered=True,
+        rule=greedy_buffered,
+        order=35,
+        cost_model=True,
+        session=AdaptiveSession,
+    )
+)

@@ -23,11 +23,23 @@ class EvictSession(Session):
         c = candidates(self.spec.name, tree.parents, tree.probs, None)
         order = picks_static(c, c.probs, budget)
         drafted = drafted_seconds(self.cost, max(tree.depths), "tree")
-        n, _ = best_prefix([c.probs[i] for i in order],
-                           [self.cost.t_step(drafted, m + 1) for m in range(len(order) + 1)])  # fmt: skip
+        n, _ = best_prefix(
+            [c.probs[i] for i in order], [self.cost.t_step(drafted, m + 1) for m in range(len(order) + 1)]
+        )
         return sorted(order[:n])
 
 
-SPEC = register(MethodSpec(name="evict", label="EVICT", colour="tab:purple", role="evict", predictor=None,
-                           buffered=False, rule=by_probability, order=32, cost_model=True,
-                           session=EvictSession))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="evict",
+        label="EVICT",
+        colour="tab:purple",
+        role="evict",
+        predictor=None,
+        buffered=False,
+        rule=by_probability,
+        order=32,
+        cost_model=True,
+        session=EvictSession,
+    )
+)

@@ -9,5 +9,15 @@ def rule(c: Candidates, budget: int) -> list[int]:
     return greedy_static(c, scores, budget)
 
 
-SPEC = register(MethodSpec(name="global_cost", label="Global Cost", colour="tab:orange", role="global_cost",
-                           predictor="learned", buffered=False, rule=rule, order=20))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="global_cost",
+        label="Global Cost",
+        colour="tab:orange",
+        role="global_cost",
+        predictor="learned",
+        buffered=False,
+        rule=rule,
+        order=20,
+    )
+)

@@ -3,5 +3,15 @@
 from ecospec.methods import MethodSpec, register
 from ecospec.methods._greedy import greedy_buffered
 
-SPEC = register(MethodSpec(name="oracle", label="Oracle", colour="tab:green", role="oracle", predictor="oracle",
-                           buffered=True, rule=greedy_buffered, order=40))  # fmt: skip
+SPEC = register(
+    MethodSpec(
+        name="oracle",
+        label="Oracle",
+        colour="tab:green",
+        role="oracle",
+        predictor="oracle",
+        buffered=True,
+        rule=greedy_buffered,
+        order=40,
+    )
+)

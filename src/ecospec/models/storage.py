@@ -102,8 +102,9 @@ def partial_blocks(config) -> list[str]:
     return out
 
 
-def format_fork(config, device_type: str, name: str = "the target", capability: tuple[int, int] | None = None,
-                dtype: str = "bf16") -> str | None:  # fmt: skip
+def format_fork(
+    config, device_type: str, name: str = "the target", capability: tuple[int, int] | None = None, dtype: str = "bf16"
+) -> str | None:
     """One line, before any weights are read, when the checkpoint's quantized format will not be kept where it
     loads (transformers dequantizes MXFP4 without `kernels` + Triton + a CUDA GPU of compute capability >= 7.5, and
     block-FP8 without Triton on a CUDA GPU of capability >= 8.9): what will happen and the two ways out; for block
@@ -117,8 +118,9 @@ def format_fork(config, device_type: str, name: str = "the target", capability: 
         capability = capability or torch.cuda.get_device_capability()
         need = MIN_CAPABILITY[method]
         if tuple(capability) < need:
-            missing.append(f"a GPU of compute capability >= {need[0]}.{need[1]} (this one: "
-                           f"{capability[0]}.{capability[1]})")  # fmt: skip
+            missing.append(
+                f"a GPU of compute capability >= {need[0]}.{need[1]} (this one: {capability[0]}.{capability[1]})"
+            )
     missing += [m for m in (("kernels", "triton") if method == "mxfp4" else ("triton",)) if not _importable(m)]
     if not missing:
         return None
@@ -134,7 +136,9 @@ def format_fork(config, device_type: str, name: str = "the target", capability: 
     if method == "fp8":
         bad = partial_blocks(config)
         if bad:
-            line += (f"; but transformers cannot dequantize {len(bad)} weights whose last block is partial (e.g. "
-                     f"{bad[0]}): that load fails or reads wrong values, so only the kept-FP8 path loads this "
-                     f"checkpoint")  # fmt: skip
+            line += (
+                f"; but transformers cannot dequantize {len(bad)} weights whose last block is partial (e.g. "
+                f"{bad[0]}): that load fails or reads wrong values, so only the kept-FP8 path loads this "
+                f"checkpoint"
+            )
     return line

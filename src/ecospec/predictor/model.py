@@ -259,8 +259,11 @@ class ExpertPredictor(nn.Module):
             a, mlp = layer.self_attn, layer.mlp
             x = _rms(layer.input_layernorm, h)
             heads = (rows, q, -1, a.head_dim)
-            qs, ks, vs = (_linear(a.q_proj, x).view(heads), _linear(a.k_proj, x).view(heads),
-                          _linear(a.v_proj, x).view(heads))  # fmt: skip
+            qs, ks, vs = (
+                _linear(a.q_proj, x).view(heads),
+                _linear(a.k_proj, x).view(heads),
+                _linear(a.v_proj, x).view(heads),
+            )
             if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
                 qs, ks = _rms(a.q_norm, qs), _rms(a.k_norm, ks)
             qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)

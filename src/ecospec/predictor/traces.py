@@ -83,9 +83,14 @@ class TraceWriter:
     """
 
     def __init__(
-        self, out_dir: str | Path, meta: Mapping, shard_size: int, collection: Mapping | None = None,
-        write: bool = True, fresh: bool = False,
-    ):  # fmt: skip
+        self,
+        out_dir: str | Path,
+        meta: Mapping,
+        shard_size: int,
+        collection: Mapping | None = None,
+        write: bool = True,
+        fresh: bool = False,
+    ):
         """`write=False` (the ranks other than 0 of a tensor-parallel job): keeps count like the writer, writes
         nothing; `fresh`: ignore what the directory holds (it is being replaced)."""
         if shard_size < 1:
@@ -104,9 +109,14 @@ class TraceWriter:
         path = self.out / MANIFEST
         if self.fresh or not path.exists():
             return {
-                "format": FORMAT, "target": meta, "shard_size": shard_size, "collection": collection, "shards": [],
-                "samples": 0, "tokens": 0,
-            }  # fmt: skip
+                "format": FORMAT,
+                "target": meta,
+                "shard_size": shard_size,
+                "collection": collection,
+                "shards": [],
+                "samples": 0,
+                "tokens": 0,
+            }
         manifest = json.loads(path.read_text())
         old = {k: v for k, v in manifest["target"].items() if k != "name_or_path"}
         new = {k: v for k, v in meta.items() if k != "name_or_path"}

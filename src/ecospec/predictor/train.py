@@ -208,11 +208,24 @@ def train_predictor(
     step = 0
     # what the resume state must agree on: the data, the split and every knob that shapes the run
     key = digest(
-        {"tokens": len(traces.tokens), "samples": traces.num_samples, "train": train_ids, "test": test_ids,
-         "steps": steps, "lr": lr, "batch": batch_size, "window": window, "seed": seed, "levels": pending,
-         "every": checkpoint_every, "eval_every": eval_every, "config": asdict(cfg),
-         "backbone": predictor.backbone.config.to_dict()}, 16,
-    )  # fmt: skip
+        {
+            "tokens": len(traces.tokens),
+            "samples": traces.num_samples,
+            "train": train_ids,
+            "test": test_ids,
+            "steps": steps,
+            "lr": lr,
+            "batch": batch_size,
+            "window": window,
+            "seed": seed,
+            "levels": pending,
+            "every": checkpoint_every,
+            "eval_every": eval_every,
+            "config": asdict(cfg),
+            "backbone": predictor.backbone.config.to_dict(),
+        },
+        16,
+    )
     state_dir = out / RESUME if resume else None
     if state_dir is not None and (state_dir / "state.json").is_file():
         state = json.loads((state_dir / "state.json").read_text())
@@ -235,10 +248,20 @@ def train_predictor(
         def write(d: Path) -> None:
             predictor.save(d / "model")
             torch.save(opt.state_dict(), d / "optimizer.pt")
-            s = {"losses": summary.losses, "evals": summary.evals, "resumed_at": summary.resumed_at,
-                 "checkpoints": [asdict(c) for c in summary.checkpoints]}  # fmt: skip
-            state = {"key": key, "step": step, "order": order, "pending": pending, "summary": s,
-                     "generator": gen.get_state().tolist()}  # fmt: skip
+            s = {
+                "losses": summary.losses,
+                "evals": summary.evals,
+                "resumed_at": summary.resumed_at,
+                "checkpoints": [asdict(c) for c in summary.checkpoints],
+            }
+            state = {
+                "key": key,
+                "step": step,
+                "order": order,
+                "pending": pending,
+                "summary": s,
+                "generator": gen.get_state().tolist(),
+            }
             (d / "state.json").write_text(json.dumps(state))
 
         _save_dir(out, RESUME, write)

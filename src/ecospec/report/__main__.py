@@ -18,8 +18,13 @@ def main(argv: list[str] | None = None) -> int:
         description="The EcoSpec paper's tables (md, tex, csv) with the paper's values beside ours, modeled GPU "
         "numbers, the figures and an index README.md, from result records.",
     )
-    ap.add_argument("--records", nargs="+", default=["experiments"], metavar="DIR",
-                    help="sweep directories (or result.json files) to read; default experiments/")  # fmt: skip
+    ap.add_argument(
+        "--records",
+        nargs="+",
+        default=["experiments"],
+        metavar="DIR",
+        help="sweep directories (or result.json files) to read; default experiments/",
+    )
     ap.add_argument("--out", default="reports", metavar="DIR", help="where the reports go; default reports/")
     ap.add_argument(
         "--since", metavar="WHEN", help="only records finished at or after this ISO date/time (UTC default)"

@@ -35,13 +35,22 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"no compiled ok records of {', '.join(METHODS)} (run python run.py -m experiment=engines)")
     f = f[f["experiment"] == compiled["experiment"].iloc[-1]].sort_values("finished")
     f = f.drop_duplicates(["engine", "method", "dataset"], keep="last")
-    return pd.DataFrame({
-        "engine": f["engine"], "method": f["method"], "dataset": f["dataset"], "speedup": f["speedup"],
-        "alpha": f["alpha"], "positions": f["acceptance_by_position"], "E": f["E"],
-        "t_verify_ms": 1e3 * f["t_verify_s"],
-        "draft_over_ar": f["t_draft_s"] / f["ar_t_step_s"], "pred_over_verify": f["t_pred_s"] / f["t_verify_s"],
-        "intervals": f["intervals"], "compile_s": f["compile_s"],
-    }).reset_index(drop=True)  # fmt: skip
+    return pd.DataFrame(
+        {
+            "engine": f["engine"],
+            "method": f["method"],
+            "dataset": f["dataset"],
+            "speedup": f["speedup"],
+            "alpha": f["alpha"],
+            "positions": f["acceptance_by_position"],
+            "E": f["E"],
+            "t_verify_ms": 1e3 * f["t_verify_s"],
+            "draft_over_ar": f["t_draft_s"] / f["ar_t_step_s"],
+            "pred_over_verify": f["t_pred_s"] / f["t_verify_s"],
+            "intervals": f["intervals"],
+            "compile_s": f["compile_s"],
+        }
+    ).reset_index(drop=True)
 
 
 def table(df: pd.DataFrame) -> str:
@@ -49,8 +58,18 @@ def table(df: pd.DataFrame) -> str:
     per = df.groupby(["engine", "method"])["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist()))
     df = df[df["dataset"].isin(common)]
-    head = ["Engine", "Method", "Speedup", "α", "acceptance by position", "E", "T_verify ms", "T_draft / T_AR",
-            "T_pred / T_verify", *common]  # fmt: skip
+    head = [
+        "Engine",
+        "Method",
+        "Speedup",
+        "α",
+        "acceptance by position",
+        "E",
+        "T_verify ms",
+        "T_draft / T_AR",
+        "T_pred / T_verify",
+        *common,
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by = {k: g.set_index("dataset").loc[common] for k, g in df.groupby(["engine", "method"])}
     for engine in ("eager", "compiled"):
@@ -61,9 +80,11 @@ def table(df: pd.DataFrame) -> str:
             iv = mean_interval([r for _, r in g.iterrows()], "speedup")
             per_bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
             pos = "/".join(f"{a:.2f}" for a in mean_positions(g.positions))
-            lines.append(f"| {engine} | {label} | {g.speedup.mean():.2f}×{bracket(iv)} | {g.alpha.mean():.2f} | "
-                         f"{pos} | {g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
-                         f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |")  # fmt: skip
+            lines.append(
+                f"| {engine} | {label} | {g.speedup.mean():.2f}×{bracket(iv)} | {g.alpha.mean():.2f} | "
+                f"{pos} | {g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
+                f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |"
+            )
         a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
         if a is not None and b is not None:
             pairs = [(a.loc[d], b.loc[d]) for d in common]
@@ -73,8 +94,11 @@ def table(df: pd.DataFrame) -> str:
                 est = r["estimate"] if r else a[metric].mean() / b[metric].mean()
                 out.append(change(est, r and r["low"], r and r["high"]))
             bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
-            lines.append(f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | | {out[2]} | | | | "
-                         + " | ".join(bench) + " |")  # fmt: skip
+            lines.append(
+                f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | | {out[2]} | | | | "
+                + " | ".join(bench)
+                + " |"
+            )
     compile_s = df.groupby("engine")["compile_s"].apply(lambda x: [v for v in x if v is not None and not np.isnan(v)])
     note = ""
     if "compiled" in compile_s and compile_s["compiled"]:

@@ -26,9 +26,33 @@ from ecospec.bench import KIND, RECORD_SUFFIX
 from ecospec.report.figures import FigureInfo, _model_label, _num, _panels, _save, _suptitle, _wrap
 
 NAME = "fig1a_verify_latency_bench"
-COLUMNS = ("experiment", "run", "path", "finished", "kind", "status", "model", "layers", "impl", "gamma", "E",
-           "top_k", "num_experts", "scale", "storage", "t_pass_s", "t_layer_s", "bytes", "expert_bytes",
-           "dense_layer_bytes", "gbps", "hbm_peak_bytes_per_s", "bw_fraction", "hardware", "device")  # fmt: skip
+COLUMNS = (
+    "experiment",
+    "run",
+    "path",
+    "finished",
+    "kind",
+    "status",
+    "model",
+    "layers",
+    "impl",
+    "gamma",
+    "E",
+    "top_k",
+    "num_experts",
+    "scale",
+    "storage",
+    "t_pass_s",
+    "t_layer_s",
+    "bytes",
+    "expert_bytes",
+    "dense_layer_bytes",
+    "gbps",
+    "hbm_peak_bytes_per_s",
+    "bw_fraction",
+    "hardware",
+    "device",
+)
 GROUP = ["model", "hardware", "scale", "layers", "storage"]  # one panel, and one fit per implementation in it
 GAMMA_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 IMPL_COLOURS = {"eager": "tab:blue", "grouped_mm": "tab:orange", "batched_mm": "tab:green"}
@@ -90,8 +114,11 @@ def bench_figure(frame: pd.DataFrame):
         return None
     panels = list(frame.groupby(GROUP, sort=True, dropna=False))
     fig, axes = _panels(len(panels), width=5.6, height=4.6)
-    _suptitle(fig, "Figure 1(a): verify-pass latency per decoder layer vs unique experts E (measured, "
-                   "real-shape MoE layers, random weights, routing forced to E experts)")  # fmt: skip
+    _suptitle(
+        fig,
+        "Figure 1(a): verify-pass latency per decoder layer vs unique experts E (measured, "
+        "real-shape MoE layers, random weights, routing forced to E experts)",
+    )
     notes = []
     for ax, ((model, hardware, scale, layers, storage), g) in zip(axes, panels, strict=False):
         gammas = sorted(int(x) for x in g["gamma"].unique() if x > 1)
@@ -101,9 +128,16 @@ def bench_figure(frame: pd.DataFrame):
         for impl, sub in g.groupby("impl", sort=True):
             colour = _colour(impl)
             for gamma, pts in sub.groupby("gamma"):
-                ax.scatter(pts["E"], pts["t_layer_s"] * 1e3, color=colour, zorder=3, edgecolors="none",
-                           marker="*" if gamma == 1 else markers[int(gamma)], s=90 if gamma == 1 else 32,
-                           alpha=0.9)  # fmt: skip
+                ax.scatter(
+                    pts["E"],
+                    pts["t_layer_s"] * 1e3,
+                    color=colour,
+                    zorder=3,
+                    edgecolors="none",
+                    marker="*" if gamma == 1 else markers[int(gamma)],
+                    s=90 if gamma == 1 else 32,
+                    alpha=0.9,
+                )
             fit = fits[impl]
             best = sub["bw_fraction"].max()
             of_peak = f", up to {best:.0%} of HBM peak" if pd.notna(best) else ""
@@ -112,8 +146,10 @@ def bench_figure(frame: pd.DataFrame):
             else:
                 xs = np.array([sub["E"].min(), sub["E"].max()], dtype=float)
                 ax.plot(xs, (fit.slope_s * xs + fit.intercept_s) * 1e3, color=colour, linewidth=1.6)
-                text = (f"{impl}: {_num(fit.slope_s * 1e3)} ms/expert-layer + {_num(fit.intercept_s * 1e3)} ms/layer, "
-                        f"R² {fit.r2:.3f}{of_peak}")  # fmt: skip
+                text = (
+                    f"{impl}: {_num(fit.slope_s * 1e3)} ms/expert-layer + {_num(fit.intercept_s * 1e3)} ms/layer, "
+                    f"R² {fit.r2:.3f}{of_peak}"
+                )
             parts.append(text)
             label = text.replace(" ms/layer, ", " ms/layer\n", 1)  # two lines keep the legend inside the panel
             ax.plot([], [], color=colour, marker="o", linestyle="none" if fit is None else "-", label=label)
@@ -122,14 +158,26 @@ def bench_figure(frame: pd.DataFrame):
             bw = float(peak.iloc[0])
             xs = np.array([g["E"].min(), g["E"].max()], dtype=float)
             eb, db = float(g["expert_bytes"].iloc[0]), float(g["dense_layer_bytes"].iloc[0])
-            ax.plot(xs, (xs * eb + db) / bw * 1e3, color="black", linestyle="--", linewidth=1.2,
-                    label=f"roofline: bytes / {bw / 1e12:.3g} TB/s")  # fmt: skip
+            ax.plot(
+                xs,
+                (xs * eb + db) / bw * 1e3,
+                color="black",
+                linestyle="--",
+                linewidth=1.2,
+                label=f"roofline: bytes / {bw / 1e12:.3g} TB/s",
+            )
         for gm in gammas:
             ax.scatter([], [], color="gray", marker=markers[gm], label=f"γ = {gm}")
         ax.scatter([], [], color="gray", marker="*", s=90, label="AR (γ = 1, E = k)")
         clock = "CPU wall clock" if str(g["device"].iloc[0]).startswith("cpu") else "GPU, CUDA events"
-        ax.set_title(_wrap(f"{_model_label(model)} — {hardware}; {layers} layer{'s' if layers != 1 else ''}, "
-                           f"scale {scale:g}, {storage} ({clock})", 64), fontsize=9)  # fmt: skip
+        ax.set_title(
+            _wrap(
+                f"{_model_label(model)} — {hardware}; {layers} layer{'s' if layers != 1 else ''}, "
+                f"scale {scale:g}, {storage} ({clock})",
+                64,
+            ),
+            fontsize=9,
+        )
         ax.set_xlabel("unique experts per MoE layer in the pass (E)")
         ax.set_ylabel("ms per decoder layer (median pass ÷ layers)")
         ax.set_ylim(bottom=0)

@@ -109,8 +109,15 @@ def choose(cells: pd.DataFrame) -> pd.DataFrame:
         if both.empty:
             continue
         means = {m: float(both[m].mean()) for m in METHODS}
-        rows.append({"model": model, "gamma": int(gamma), **means, "score": (means["baseline"] + means["ecospec"]) / 2,
-                     "datasets": len(both)})  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                "gamma": int(gamma),
+                **means,
+                "score": (means["baseline"] + means["ecospec"]) / 2,
+                "datasets": len(both),
+            }
+        )
     out = pd.DataFrame(rows, columns=["model", "gamma", *METHODS, "score", "datasets"])
     out["chosen"] = False
     out["upper_end"] = False
@@ -214,5 +221,8 @@ def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None)
         f"conf/model/<model>.yaml as `gamma:` (the tables that hold γ fixed use it). From {len(used)} records "
         f"(sweeps: {sweeps(used)}).{_clock(used)}"
     )
-    return [Table(TABLE_NAME, "γ protocol", "Choosing the verification budget γ (the paper's rule)", note, table,
-                  False, used)], []  # fmt: skip
+    return [
+        Table(
+            TABLE_NAME, "γ protocol", "Choosing the verification budget γ (the paper's rule)", note, table, False, used
+        )
+    ], []

@@ -25,8 +25,10 @@ TITLE = "GPU latency and speedup on H100, H200, B200 (roofline model: *modeled*,
 
 def write_summary(cells: pd.DataFrame, gammas: str, records: int, sweeps: str, out_dir: Path) -> Path:
     """The modeled table's inputs as `out_dir/modeled_cells.json`."""
-    rows = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
-            for r in cells[MODELED_CELLS].to_dict("records")]  # fmt: skip
+    rows = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+        for r in cells[MODELED_CELLS].to_dict("records")
+    ]
     path = Path(out_dir) / SUMMARY
     write_json(path, {"records": records, "sweeps": sweeps, "gammas": gammas, "rows": rows}, indent=1)
     return path
@@ -46,9 +48,14 @@ def rebuild(summary: Path, out_dir: Path) -> list[Path]:
     return write_table(Table("modeled", "Modeled", TITLE, note, out, True, cells), Path(out_dir))
 
 
-PAPER_ROWS = (("qwen3", "eagle3", "eagle3", False), ("qwen3", "ecospec", "eagle3", True),
-              ("gptoss", "eagle3", "eagle3", False), ("gptoss", "ecospec", "eagle3", True),
-              ("deepseek", "mtp", "mtp", False), ("deepseek", "ecospec", "mtp", True))  # fmt: skip
+PAPER_ROWS = (
+    ("qwen3", "eagle3", "eagle3", False),
+    ("qwen3", "ecospec", "eagle3", True),
+    ("gptoss", "eagle3", "eagle3", False),
+    ("gptoss", "ecospec", "eagle3", True),
+    ("deepseek", "mtp", "mtp", False),
+    ("deepseek", "ecospec", "mtp", True),
+)
 
 
 def paper_table3(gpu: str = "H100", depth: int = 3) -> pd.DataFrame:
@@ -68,19 +75,24 @@ def paper_table3(gpu: str = "H100", depth: int = 3) -> pd.DataFrame:
         alpha, experts = float(v["alpha"]), float(v["E"])
         verify_only = modeled_step(cost, alpha, experts, gpu)
         whole = modeled_step(cost, alpha, experts, gpu, parts=parts)
-        rows.append({
-            "Model": model_label(model), "Method": {"ecospec": "EcoSpec", "mtp": "MTP"}.get(method, "EAGLE-3"),
-            "α": alpha, "E": experts,
-            "paper T_draft (s)": float(v.get("t_draft_s", float("nan"))),
-            "paper T_pred (s)": float(v.get("t_pred_s", float("nan"))),
-            "paper T_verify (s)": float(v["t_verify_s"]), "paper speedup": float(v["speedup"]),
-            f"modeled {gpu} T_draft (ms)": round(1e3 * whole["t_draft_s"], 3),
-            f"modeled {gpu} T_pred (ms)": round(1e3 * whole["t_pred_s"], 3),
-            f"modeled {gpu} T_verify (ms)": round(1e3 * whole["t_verify_s"], 2),
-            f"modeled {gpu} speedup, verify only": round(verify_only["speedup"], 3),
-            f"modeled {gpu} speedup, whole step": round(whole["speedup"], 3),
-            "shapes": parts.source,
-        })  # fmt: skip
+        rows.append(
+            {
+                "Model": model_label(model),
+                "Method": {"ecospec": "EcoSpec", "mtp": "MTP"}.get(method, "EAGLE-3"),
+                "α": alpha,
+                "E": experts,
+                "paper T_draft (s)": float(v.get("t_draft_s", float("nan"))),
+                "paper T_pred (s)": float(v.get("t_pred_s", float("nan"))),
+                "paper T_verify (s)": float(v["t_verify_s"]),
+                "paper speedup": float(v["speedup"]),
+                f"modeled {gpu} T_draft (ms)": round(1e3 * whole["t_draft_s"], 3),
+                f"modeled {gpu} T_pred (ms)": round(1e3 * whole["t_pred_s"], 3),
+                f"modeled {gpu} T_verify (ms)": round(1e3 * whole["t_verify_s"], 2),
+                f"modeled {gpu} speedup, verify only": round(verify_only["speedup"], 3),
+                f"modeled {gpu} speedup, whole step": round(whole["speedup"], 3),
+                "shapes": parts.source,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -95,16 +107,26 @@ def write_paper_table3(out_dir: Path, gpu: str = "H100") -> list[Path]:
         "bandwidth model leaves out; its ratios T_draft / T_verify are the comparable figures. Head shapes derived "
         "from the target's facts (EAGLE-3) or the target's own layer (MTP); predictor backbones from conf/model facts."
     )
-    return write_table(Table("modeled_paper_table3", "Modeled vs Table 3",
-                             "Drafting and prediction: the paper's measured times beside the roofline model",
-                             note, frame, False, frame), Path(out_dir))  # fmt: skip
+    return write_table(
+        Table(
+            "modeled_paper_table3",
+            "Modeled vs Table 3",
+            "Drafting and prediction: the paper's measured times beside the roofline model",
+            note,
+            frame,
+            False,
+            frame,
+        ),
+        Path(out_dir),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--summary", type=Path, default=None, help=f"a {SUMMARY} written by make tables")
-    ap.add_argument("--paper", action="store_true", help="also write modeled_paper_table3 (the paper's Table 3 beside "
-                    "the model)")  # fmt: skip
+    ap.add_argument(
+        "--paper", action="store_true", help="also write modeled_paper_table3 (the paper's Table 3 beside the model)"
+    )
     ap.add_argument("--out", type=Path, required=True, help="where the tables (md, tex, csv) go")
     a = ap.parse_args(argv)
     if a.summary is None and not a.paper:

@@ -19,8 +19,14 @@ from ecospec.report.compare import bracket, cell_interval, change, mean_interval
 from ecospec.report.records import mean_positions, render_cli
 
 METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive")
-LABELS = {"eagle3": "EAGLE-3 tree", "eagle3_chain": "EAGLE-3 chain", "ecospec": "EcoSpec", "evict": "EVICT",
-          "cascade": "Cascade", "ecospec_adaptive": "EcoSpec-Adaptive"}  # fmt: skip
+LABELS = {
+    "eagle3": "EAGLE-3 tree",
+    "eagle3_chain": "EAGLE-3 chain",
+    "ecospec": "EcoSpec",
+    "evict": "EVICT",
+    "cascade": "Cascade",
+    "ecospec_adaptive": "EcoSpec-Adaptive",
+}
 ADAPTIVE = ("evict", "cascade", "ecospec_adaptive")
 STATIC = ("eagle3", "ecospec")
 FLOOR = 0.95  # the adaptive methods' goal against AR on every benchmark
@@ -53,8 +59,19 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
     per = sub.groupby("method")["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist())) if len(per) else []
     by = {m: g.set_index("dataset").loc[common] for m, g in sub[sub["dataset"].isin(common)].groupby("method")}
-    head = ["Method", "Speedup", *common, "vs EAGLE-3 tree", "α", "E", "acceptance by position", "T_verify ms",
-            "speculating", "mean block", "token-exact"]  # fmt: skip
+    head = [
+        "Method",
+        "Speedup",
+        *common,
+        "vs EAGLE-3 tree",
+        "α",
+        "E",
+        "acceptance by position",
+        "T_verify ms",
+        "speculating",
+        "mean block",
+        "token-exact",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     facts: dict = {"common": common, "speedup": {}, "bench": {}, "vs": {}, "exact": {}, "cells": by}
     base = by.get("eagle3")
@@ -74,9 +91,11 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
             vs = change(r["estimate"], r["low"], r["high"]) if r else change(g.speedup.mean() / base.speedup.mean())
         pos = "/".join(f"{a:.2f}" for a in mean_positions(g["acceptance_by_position"]))
         bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
-        lines.append(f"| {LABELS[m]} | {g.speedup.mean():.2f}×{bracket(iv)} | " + " | ".join(bench) + f" | {vs} | "
-                     f"{g.alpha.mean():.2f} | {g.E.mean():.1f} | {pos} | {1e3 * g.t_verify_s.mean():.2f} | "
-                     f"{g.speculating.mean():.0%} | {g.mean_block.mean():.2f} | {_exact(g)} |")  # fmt: skip
+        lines.append(
+            f"| {LABELS[m]} | {g.speedup.mean():.2f}×{bracket(iv)} | " + " | ".join(bench) + f" | {vs} | "
+            f"{g.alpha.mean():.2f} | {g.E.mean():.1f} | {pos} | {1e3 * g.t_verify_s.mean():.2f} | "
+            f"{g.speculating.mean():.0%} | {g.mean_block.mean():.2f} | {_exact(g)} |"
+        )
     facts["positions"] = {m: mean_positions(g["acceptance_by_position"]) for m, g in by.items()}
     return lines, facts
 
@@ -136,35 +155,46 @@ def goals(facts: dict) -> list[str]:
     out = []
     exact = [f"{e} {LABELS[m]}" for (e, t), f in facts.items() for m, ok in f["exact"].items() if ok is False]
     n_exact = sum(ok is True for f in facts.values() for ok in f["exact"].values())
-    out.append(f"- Every method token-exact against AR at T = 0 on every prompt: {'yes' if not exact else 'NO'} "
-               f"({n_exact} method-engine groups checked" + (f"; not exact: {', '.join(exact)}" if exact else "")
-               + ").")  # fmt: skip
+    out.append(
+        f"- Every method token-exact against AR at T = 0 on every prompt: {'yes' if not exact else 'NO'} "
+        f"({n_exact} method-engine groups checked" + (f"; not exact: {', '.join(exact)}" if exact else "") + ")."
+    )
     for (engine, t), f in sorted(facts.items()):
-        low = [f"{LABELS[m]} {d} {s:.2f}×" for m in ADAPTIVE for d, (s, _) in f["bench"].get(m, {}).items() if
-               s < FLOOR]  # fmt: skip
-        out.append(f"- {engine}, T = {t:g}: EVICT, Cascade, EcoSpec-Adaptive ≥ {FLOOR:.2f}× AR on every benchmark: "
-                   + ("yes" if not low else "no: " + ", ".join(low)) + ".")  # fmt: skip
+        low = [
+            f"{LABELS[m]} {d} {s:.2f}×" for m in ADAPTIVE for d, (s, _) in f["bench"].get(m, {}).items() if s < FLOOR
+        ]
+        out.append(
+            f"- {engine}, T = {t:g}: EVICT, Cascade, EcoSpec-Adaptive ≥ {FLOOR:.2f}× AR on every benchmark: "
+            + ("yes" if not low else "no: " + ", ".join(low))
+            + "."
+        )
     f = facts.get(("eager", 0.0))
     if f:
         best = max((m for m in STATIC if m in f["speedup"]), key=lambda m: f["speedup"][m][0], default=None)
         for m in ADAPTIVE:
             if m in f["speedup"] and best:
-                out.append(f"- eager, T = 0: {LABELS[m]} not slower than the best static method "
-                           f"({LABELS[best]}): {_not_slower(f, m, best)}.")  # fmt: skip
+                out.append(
+                    f"- eager, T = 0: {LABELS[m]} not slower than the best static method "
+                    f"({LABELS[best]}): {_not_slower(f, m, best)}."
+                )
     f = facts.get(("compiled", 0.0))
     if f:
         above = [m for m, (s, iv) in f["speedup"].items() if iv and iv[0] > 1.0]
-        out.append("- compiled, T = 0: a method above 1.00× AR with its interval above 1: "
-                   + (", ".join(LABELS[m] for m in above) if above else "none (see the profile's upper bound)")
-                   + ".")  # fmt: skip
+        out.append(
+            "- compiled, T = 0: a method above 1.00× AR with its interval above 1: "
+            + (", ".join(LABELS[m] for m in above) if above else "none (see the profile's upper bound)")
+            + "."
+        )
     for (engine, t), f in sorted(facts.items()):
         if "ecospec_adaptive" not in f["speedup"]:
             continue
         rivals = [m for m in ("ecospec", "evict") if m in f["speedup"]]
         best = max(rivals, key=lambda m: f["speedup"][m][0], default=None)
         if best:
-            out.append(f"- {engine}, T = {t:g}: EcoSpec-Adaptive not slower than the better of EcoSpec and EVICT "
-                       f"({LABELS[best]}): {_not_slower(f, 'ecospec_adaptive', best)}.")  # fmt: skip
+            out.append(
+                f"- {engine}, T = {t:g}: EcoSpec-Adaptive not slower than the better of EcoSpec and EVICT "
+                f"({LABELS[best]}): {_not_slower(f, 'ecospec_adaptive', best)}."
+            )
     return out
 
 
@@ -196,8 +226,9 @@ def report(df: pd.DataFrame, gamma: int = 6) -> str:
             lines += _profile_lines(prof, digest, used)
             f0 = facts.get((engine, 0.0))
             if f0:
-                bound, shape = upper_bound(prof, f0["positions"].get("eagle3_chain", []),
-                                           f0["positions"].get("eagle3", []), gamma)  # fmt: skip
+                bound, shape = upper_bound(
+                    prof, f0["positions"].get("eagle3_chain", []), f0["positions"].get("eagle3", []), gamma
+                )
                 chain = f0["positions"].get("eagle3_chain", [])
                 lines += [
                     "",
@@ -207,11 +238,13 @@ def report(df: pd.DataFrame, gamma: int = 6) -> str:
                 if bound < 1.0 and chain:
                     need = (1 + chain[0]) * prof.ar_step_s
                     have = prof.t_step(prof.draft_pass_s.get("chain", 0.0), 2)
-                    lines.append(f"What would have to change: a chain of one token pays when its step costs under "
-                                 f"(1 + {chain[0]:.2f}) x the AR step = {1e3 * need:.2f} ms; it costs "
-                                 f"{1e3 * have:.2f} ms (head pass {1e3 * prof.draft_pass_s.get('chain', 0.0):.2f}, a "
-                                 f"2-token verify {1e3 * prof.t_verify(2, prof.experts(2)):.2f} against "
-                                 f"{1e3 * prof.t_verify(1, prof.experts(1)):.2f} for one).")  # fmt: skip
+                    lines.append(
+                        f"What would have to change: a chain of one token pays when its step costs under "
+                        f"(1 + {chain[0]:.2f}) x the AR step = {1e3 * need:.2f} ms; it costs "
+                        f"{1e3 * have:.2f} ms (head pass {1e3 * prof.draft_pass_s.get('chain', 0.0):.2f}, a "
+                        f"2-token verify {1e3 * prof.t_verify(2, prof.experts(2)):.2f} against "
+                        f"{1e3 * prof.t_verify(1, prof.experts(1)):.2f} for one)."
+                    )
             lines.append("")
     lines += ["## Goals", "", *goals(facts), ""]
     return "\n".join(lines)

@@ -21,8 +21,10 @@ from ecospec.report.tables import model_label
 
 FILE_NAME = re.compile(r"fig_moespec_pareto_.+\.(png|pdf)")
 GPU_MARKERS = {"H100": "^", "H200": "s", "B200": "D"}
-QUALITY = [("budget_error_rate", "budget error rate (share of committed tokens ≠ uncapped greedy)"),
-           ("1 - matches_ar", "1 − matches_ar (share of prompts whose output differs from AR)")]  # fmt: skip
+QUALITY = [
+    ("budget_error_rate", "budget error rate (share of committed tokens ≠ uncapped greedy)"),
+    ("1 - matches_ar", "1 − matches_ar (share of prompts whose output differs from AR)"),
+]
 
 
 def _colour(method: str) -> str:
@@ -52,14 +54,28 @@ def pareto_figure(table: pd.DataFrame, model: str) -> tuple[Figure, str] | None:
             x = g[metric].to_numpy(float)
             ax.plot(x, g["speedup"].to_numpy(float), marker="o", color=colour, linewidth=1.5, label=method)
             for gpu in gpus:
-                ax.plot(x, g[f"modeled {gpu} speedup"].to_numpy(float), marker=GPU_MARKERS.get(gpu, "v"),
-                        color=colour, linestyle=":", linewidth=0.8, markerfacecolor="none")  # fmt: skip
+                ax.plot(
+                    x,
+                    g[f"modeled {gpu} speedup"].to_numpy(float),
+                    marker=GPU_MARKERS.get(gpu, "v"),
+                    color=colour,
+                    linestyle=":",
+                    linewidth=0.8,
+                    markerfacecolor="none",
+                )
             for xi, yi, b in zip(x, g["speedup"].to_numpy(float), g["Budget"], strict=True):
                 if b != "—":
                     ax.annotate(b[2:], (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7, color=colour)
         for gpu in gpus:  # legend entries for the modeled markers
-            ax.plot([], [], marker=GPU_MARKERS.get(gpu, "v"), color="gray", linestyle=":", markerfacecolor="none",
-                    label=f"{gpu} (modeled)")  # fmt: skip
+            ax.plot(
+                [],
+                [],
+                marker=GPU_MARKERS.get(gpu, "v"),
+                color="gray",
+                linestyle=":",
+                markerfacecolor="none",
+                label=f"{gpu} (modeled)",
+            )
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("speedup vs AR (solid: measured)")

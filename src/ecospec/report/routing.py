@@ -44,14 +44,28 @@ DATA_ORDER = (RECORDS, VLLM_RECORDS, CORPUS)
 # conf/model name -> the overlap paper's model name (report/paper_overlap/README.md)
 PAPER_MODELS = {"qwen3": "qwen3_235b", "qwen3_30b": "qwen3_30b", "mixtral": "mixtral", "gptoss": "gptoss_120b"}
 PAPER_LABELS = {
-    "mixtral": "Mixtral-8x7B", "qwen2_57b": "Qwen2-57B", "glm47_flash": "GLM-4.7-Flash", "qwen3_30b": "Qwen3-30B",
-    "qwen3_235b": "Qwen3-235B", "kimi_k25": "Kimi-K2.5", "qwen35_35b": "Qwen3.5-35B", "gptoss_120b": "GPT-OSS-120B",
+    "mixtral": "Mixtral-8x7B",
+    "qwen2_57b": "Qwen2-57B",
+    "glm47_flash": "GLM-4.7-Flash",
+    "qwen3_30b": "Qwen3-30B",
+    "qwen3_235b": "Qwen3-235B",
+    "kimi_k25": "Kimi-K2.5",
+    "qwen35_35b": "Qwen3.5-35B",
+    "gptoss_120b": "GPT-OSS-120B",
     "qwen3_next_80b": "Qwen3-Next-80B",
-}  # fmt: skip
+}
 PAPER_METHODS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Separate draft"}
 PAPER_DATA = {"mtbench": "MT-Bench", "specbench": "Spec-Bench", "aya": "Aya"}
-TABLE_NAMES = ("overlap_te_paper", "overlap_te", "overlap_step1", "overlap_distance", "overlap_layers",
-               "overlap_unique", "overlap_acceptance", "overlap_heldout")  # fmt: skip
+TABLE_NAMES = (
+    "overlap_te_paper",
+    "overlap_te",
+    "overlap_step1",
+    "overlap_distance",
+    "overlap_layers",
+    "overlap_unique",
+    "overlap_acceptance",
+    "overlap_heldout",
+)
 
 
 # -- routing data ------------------------------------------------------------------------------------------------
@@ -244,12 +258,18 @@ def step1_table(data: RoutingData) -> pd.DataFrame:
     """Tables 2/13: step-1 overlap, its uniform (= k/N) and independence baselines, temporal = empirical −
     independence and its share of the empirical overlap."""
     ours = pd.DataFrame(
-        [{"Model": model_label(s.model), "Data": _data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
-         for s in data.sources]
-    )  # fmt: skip
-    metrics = {"overlap_uniform": "Uniform overlap", "overlap_independence": "Independence overlap",
-               "overlap_d1": "Empirical overlap", "overlap_temporal": "Temporal overlap",
-               "temporal_share": "Temporal share"}  # fmt: skip
+        [
+            {"Model": model_label(s.model), "Data": _data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
+            for s in data.sources
+        ]
+    )
+    metrics = {
+        "overlap_uniform": "Uniform overlap",
+        "overlap_independence": "Independence overlap",
+        "overlap_d1": "Empirical overlap",
+        "overlap_temporal": "Temporal overlap",
+        "temporal_share": "Temporal share",
+    }
     p13 = _paper(13, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 13"})
     p2 = _paper(2, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 2"})
     paper = pd.concat([p13, p2[~p2["Model"].isin(p13["Model"])]], ignore_index=True)
@@ -270,8 +290,9 @@ def distance_table(data: RoutingData) -> pd.DataFrame:
         rows.append({**base, "Data": _data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
         if s.data != CORPUS and len(s.stats.slices) > 1:
             for name, st in s.stats.slices.items():
-                rows.append({**base, "Data": _data_label(s, name),
-                             **_distance_row(st.overlap, st.independence, st.tokens)})  # fmt: skip
+                rows.append(
+                    {**base, "Data": _data_label(s, name), **_distance_row(st.overlap, st.independence, st.tokens)}
+                )
             overlap, indep = s.stats.spread("overlap"), s.stats.spread("independence")
             for what in ("mean", "min", "max"):
                 cells = _distance_row(getattr(overlap, what), getattr(indep, what), np.nan)
@@ -279,13 +300,19 @@ def distance_table(data: RoutingData) -> pd.DataFrame:
     metrics = {f"overlap_d{d}": f"Step {d} overlap" for d in range(1, MAX_DISTANCE + 1)}
     metrics["overlap_independence"] = "Independence overlap"
     p17 = _paper(17, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 17"})
-    p18 = _paper(18, metrics, ["model", "dataset", "setting"], lambda r: {
-        "Model": _paper_model(r),
-        "Data": f"paper Table 18: {PAPER_DATA.get(r['dataset'], r['dataset'])}"
-        + (f" {r['setting']}" if r["setting"] else ""),
-    })  # fmt: skip
-    return _order(pd.DataFrame(rows), pd.concat([p17, p18], ignore_index=True), data.models(),
-                  ["Model", "Data", "Source"])  # fmt: skip
+    p18 = _paper(
+        18,
+        metrics,
+        ["model", "dataset", "setting"],
+        lambda r: {
+            "Model": _paper_model(r),
+            "Data": f"paper Table 18: {PAPER_DATA.get(r['dataset'], r['dataset'])}"
+            + (f" {r['setting']}" if r["setting"] else ""),
+        },
+    )
+    return _order(
+        pd.DataFrame(rows), pd.concat([p17, p18], ignore_index=True), data.models(), ["Model", "Data", "Source"]
+    )
 
 
 def layers_table(data: RoutingData) -> pd.DataFrame:
@@ -294,12 +321,23 @@ def layers_table(data: RoutingData) -> pd.DataFrame:
     for s in data.sources:
         a = s.stats.all
         for layer, (ov, ind) in enumerate(zip(a.layer_overlap, a.layer_independence, strict=True)):
-            rows.append({"Model": model_label(s.model), "Data": _data_label(s), "Layer": layer, "Source": "ours",
-                         "Step 1 overlap": float(ov), "Independence overlap": float(ind),
-                         "Empirical/independence ratio": float(ov / ind) if ind > 0 else np.nan})  # fmt: skip
-    paper = _paper(19, {"layer_overlap": "Step 1 overlap", "layer_independence": "Independence overlap"},
-                   ["model", "setting"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 19",
-                                                    "Layer": int(r["setting"].split("=")[1])})  # fmt: skip
+            rows.append(
+                {
+                    "Model": model_label(s.model),
+                    "Data": _data_label(s),
+                    "Layer": layer,
+                    "Source": "ours",
+                    "Step 1 overlap": float(ov),
+                    "Independence overlap": float(ind),
+                    "Empirical/independence ratio": float(ov / ind) if ind > 0 else np.nan,
+                }
+            )
+    paper = _paper(
+        19,
+        {"layer_overlap": "Step 1 overlap", "layer_independence": "Independence overlap"},
+        ["model", "setting"],
+        lambda r: {"Model": _paper_model(r), "Data": "paper Table 19", "Layer": int(r["setting"].split("=")[1])},
+    )
     paper["Empirical/independence ratio"] = paper["Step 1 overlap"] / paper["Independence overlap"]
     return _order(pd.DataFrame(rows), paper, data.models(), ["Model", "Data", "Layer", "Source"])
 
@@ -314,19 +352,35 @@ def unique_table(data: RoutingData) -> pd.DataFrame:
     rows = []
     for s in data.sources:
         a = s.stats.all
-        rows.append({
-            "Model": model_label(s.model), "Data": _data_label(s), "Source": "ours", "top_k": a.k,
-            "num_experts": a.n_experts, "Uniform experts": a.unique_uniform,
-            "Independence experts": a.unique_independence, "Empirical experts": a.unique_empirical,
-            "Empirical/k ratio": a.unique_ratio, "Uniform-IPF experts": s.ipf_uniform,
-            "Uniform-IPF err": _err(s.ipf_uniform, a.unique_empirical), "Skewed-IPF experts": s.ipf_skewed,
-            "Skewed-IPF err": _err(s.ipf_skewed, a.unique_empirical),
-        })  # fmt: skip
-    metrics = {"top_k": "top_k", "num_experts": "num_experts", "unique_uniform": "Uniform experts",
-               "unique_independence": "Independence experts", "unique_empirical": "Empirical experts",
-               "unique_ratio": "Empirical/k ratio", "unique_ipf_uniform": "Uniform-IPF experts",
-               "ipf_uniform_err": "Uniform-IPF err", "unique_ipf_skewed": "Skewed-IPF experts",
-               "ipf_skewed_err": "Skewed-IPF err"}  # fmt: skip
+        rows.append(
+            {
+                "Model": model_label(s.model),
+                "Data": _data_label(s),
+                "Source": "ours",
+                "top_k": a.k,
+                "num_experts": a.n_experts,
+                "Uniform experts": a.unique_uniform,
+                "Independence experts": a.unique_independence,
+                "Empirical experts": a.unique_empirical,
+                "Empirical/k ratio": a.unique_ratio,
+                "Uniform-IPF experts": s.ipf_uniform,
+                "Uniform-IPF err": _err(s.ipf_uniform, a.unique_empirical),
+                "Skewed-IPF experts": s.ipf_skewed,
+                "Skewed-IPF err": _err(s.ipf_skewed, a.unique_empirical),
+            }
+        )
+    metrics = {
+        "top_k": "top_k",
+        "num_experts": "num_experts",
+        "unique_uniform": "Uniform experts",
+        "unique_independence": "Independence experts",
+        "unique_empirical": "Empirical experts",
+        "unique_ratio": "Empirical/k ratio",
+        "unique_ipf_uniform": "Uniform-IPF experts",
+        "ipf_uniform_err": "Uniform-IPF err",
+        "unique_ipf_skewed": "Skewed-IPF experts",
+        "ipf_skewed_err": "Skewed-IPF err",
+    }
     p20 = _paper(20, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 20"})
     p3 = _paper(3, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 3"})
     paper = pd.concat([p20, p3[~p3["Model"].isin(p20["Model"])]], ignore_index=True)
@@ -357,29 +411,49 @@ def acceptance_table(data: RoutingData, frame: pd.DataFrame, defaults=None) -> p
     for (model, t, label), g in labelled.groupby(["model", "temperature", "label"], sort=False):
         for c in compare_by_depth(_group_tokens(data, g)):
             con, anc = c.consecutive, c.anchor
-            rows.append({
-                "Model": model_label(model), "T": t, "Method": label, "Depth": c.depth, "Source": "ours",
-                "Accepted overlap": c.overlap_accepted, "1st-rejected overlap": c.overlap_first_rejected,
-                "Consecutive delta": con.delta if con else np.nan, "Cohen d": con.cohen_d if con else np.nan,
-                "Welch p": con.p_value if con else np.nan, "Size": con.size if con else None,
-                "Accepted n": c.n_accepted, "1st-rejected n": c.n_first_rejected,
-                "Accepted anchor": c.anchor_accepted, "1st-rejected anchor": c.anchor_first_rejected,
-                "Anchor delta": anc.delta if anc else np.nan, "Anchor d": anc.cohen_d if anc else np.nan,
-            })  # fmt: skip
-    metrics = {"overlap_accepted": "Accepted overlap", "overlap_first_rejected": "1st-rejected overlap",
-               "n_first_rejected": "1st-rejected n"}  # fmt: skip
+            rows.append(
+                {
+                    "Model": model_label(model),
+                    "T": t,
+                    "Method": label,
+                    "Depth": c.depth,
+                    "Source": "ours",
+                    "Accepted overlap": c.overlap_accepted,
+                    "1st-rejected overlap": c.overlap_first_rejected,
+                    "Consecutive delta": con.delta if con else np.nan,
+                    "Cohen d": con.cohen_d if con else np.nan,
+                    "Welch p": con.p_value if con else np.nan,
+                    "Size": con.size if con else None,
+                    "Accepted n": c.n_accepted,
+                    "1st-rejected n": c.n_first_rejected,
+                    "Accepted anchor": c.anchor_accepted,
+                    "1st-rejected anchor": c.anchor_first_rejected,
+                    "Anchor delta": anc.delta if anc else np.nan,
+                    "Anchor d": anc.cohen_d if anc else np.nan,
+                }
+            )
+    metrics = {
+        "overlap_accepted": "Accepted overlap",
+        "overlap_first_rejected": "1st-rejected overlap",
+        "n_first_rejected": "1st-rejected n",
+    }
 
     def label(r):
-        return {"Model": _paper_model(r), "Method": PAPER_METHODS.get(r["method"], r["method"]),
-                "Depth": int(r["setting"].split("=")[1])}  # fmt: skip
+        return {
+            "Model": _paper_model(r),
+            "Method": PAPER_METHODS.get(r["method"], r["method"]),
+            "Depth": int(r["setting"].split("=")[1]),
+        }
 
     p14 = _paper(14, metrics, ["model", "setting"], label)
-    p15 = _paper(15, {"delta": "Consecutive delta", "cohen_d": "Cohen d", "p_value": "Welch p"},
-                 ["model", "setting"], label)  # fmt: skip
+    p15 = _paper(
+        15, {"delta": "Consecutive delta", "cohen_d": "Cohen d", "p_value": "Welch p"}, ["model", "setting"], label
+    )
     paper = p14.merge(p15, on=["Model", "Method", "Depth", "Source"], how="outer")
     paper["Size"] = paper["Cohen d"].map(size_label)
-    return _order(pd.DataFrame(rows), paper, sorted(set(labelled["model"])),
-                  ["Model", "T", "Method", "Depth", "Source"])  # fmt: skip
+    return _order(
+        pd.DataFrame(rows), paper, sorted(set(labelled["model"])), ["Model", "T", "Method", "Depth", "Source"]
+    )
 
 
 def heldout_table(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
@@ -393,16 +467,28 @@ def heldout_table(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.D
         base = {"Model": model_label(model), "T": t, "Method": label, "Source": "ours"}
         cells = {f"Depth {d} delta": v for d, v in summary.delta.items()}
         plural = "s" if summary.slices != 1 else ""
-        rows.append({**base, "Data": f"median over {summary.slices} dataset{plural}", **cells,
-                     "Anchor-drop delta": summary.anchor_drop})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "Data": f"median over {summary.slices} dataset{plural}",
+                **cells,
+                "Anchor-drop delta": summary.anchor_drop,
+            }
+        )
         everything = DraftTokens.concat(by_slice.values())
-        pooled_cells = {f"Depth {c.depth} delta": c.consecutive.delta for c in compare_by_depth(everything)
-                        if c.consecutive is not None}  # fmt: skip
+        pooled_cells = {
+            f"Depth {c.depth} delta": c.consecutive.delta
+            for c in compare_by_depth(everything)
+            if c.consecutive is not None
+        }
         rows.append({**base, "Data": "pooled", **pooled_cells, "Anchor-drop delta": anchor_drop(everything)})
     ours = pd.DataFrame(rows)
     depth_cols = sorted((c for c in ours.columns if c.startswith("Depth ")), key=lambda c: int(c.split()[1]))
-    ours = ours[[c for c in ours.columns if c not in depth_cols and c != "Anchor-drop delta"] + depth_cols
-                + (["Anchor-drop delta"] if "Anchor-drop delta" in ours else [])]  # fmt: skip
+    ours = ours[
+        [c for c in ours.columns if c not in depth_cols and c != "Anchor-drop delta"]
+        + depth_cols
+        + (["Anchor-drop delta"] if "Anchor-drop delta" in ours else [])
+    ]
     p = overlap_paper_values(16)
     depth = "Depth " + p["setting"].str.removeprefix("depth=") + " delta"
     p = p.assign(metric=np.where(p["metric"] == "delta_median", depth, "Anchor-drop delta"))
@@ -459,24 +545,48 @@ def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None)
         if cost is not None and np.isfinite(unique_ar):
             predicted = target_efficiency(cost.expert_bytes, cost.dense_bytes / cost.moe_layers, unique_ar, r.E)
         measured = r.ar_t_step_s / r.t_verify_s
-        rows.append({
-            "Model": model_label(r.model), "T": r.temperature, "Method": r.label, "B": r.batch_size,
-            "Dataset": r.Dataset, "Setting": r.hardware, "Source": "ours", "E": r.E,
-            "ar_t_step_ms": r.ar_t_step_s * 1e3, "t_verify_ms": r.t_verify_s * 1e3, "Measured te": measured,
-            "Predicted te": predicted, "TE gap": measured - predicted,
-        })  # fmt: skip
+        rows.append(
+            {
+                "Model": model_label(r.model),
+                "T": r.temperature,
+                "Method": r.label,
+                "B": r.batch_size,
+                "Dataset": r.Dataset,
+                "Setting": r.hardware,
+                "Source": "ours",
+                "E": r.E,
+                "ar_t_step_ms": r.ar_t_step_s * 1e3,
+                "t_verify_ms": r.t_verify_s * 1e3,
+                "Measured te": measured,
+                "Predicted te": predicted,
+                "TE gap": measured - predicted,
+            }
+        )
     p = pd.concat([overlap_paper_values(1), overlap_paper_values(10)], ignore_index=True)
     p = p[p["metric"].isin(["te_pred", "te_observed", "te_gap", "unique_sd"])]
     paper = []
     for _, g in p.groupby(["model", "method", "setting"], sort=False):
         v = dict(zip(g["metric"], g["value"], strict=True))
         r = g.iloc[0]
-        paper.append({"Model": _paper_model(r), "Method": PAPER_METHODS.get(r["method"], r["method"]), "B": 1,
-                      "Setting": f"{r['setting']} (H100)", "Source": "paper", "E": v.get("unique_sd"),
-                      "Measured te": v.get("te_observed"), "Predicted te": v.get("te_pred"),
-                      "TE gap": v.get("te_gap")})  # fmt: skip
-    table = _order(pd.DataFrame(rows), pd.DataFrame(paper), sorted(set(cells["model"])),
-                   ["Model", "T", "Method", "B", "Dataset", "Setting", "Source"])  # fmt: skip
+        paper.append(
+            {
+                "Model": _paper_model(r),
+                "Method": PAPER_METHODS.get(r["method"], r["method"]),
+                "B": 1,
+                "Setting": f"{r['setting']} (H100)",
+                "Source": "paper",
+                "E": v.get("unique_sd"),
+                "Measured te": v.get("te_observed"),
+                "Predicted te": v.get("te_pred"),
+                "TE gap": v.get("te_gap"),
+            }
+        )
+    table = _order(
+        pd.DataFrame(rows),
+        pd.DataFrame(paper),
+        sorted(set(cells["model"])),
+        ["Model", "T", "Method", "B", "Dataset", "Setting", "Source"],
+    )
     return table, cells
 
 
@@ -492,11 +602,24 @@ def te_paper_table() -> pd.DataFrame:
         k = int(top_k[model])
         c_e, c_d, unique = v["c_expert"], v["c_dense"], v["unique_sd"]
         ours = target_efficiency(c_e, c_d, k, unique)
-        rows.append({"Model": PAPER_LABELS[model], "Setting": f"Table 1: {setting}", "Source": "paper inputs",
-                     "c_expert": c_e, "c_dense": c_d, "top_k": k, "Unique experts": unique,
-                     "MoE share": 100 * k * c_e / (c_d + k * c_e), "MoE-scale ratio": unique / k,
-                     "Non-MoE-scale ratio": 1.0, "Predicted te": ours, "Paper-predicted te": v["te_pred"],
-                     "Difference delta": ours - v["te_pred"], "Paper-observed te": v["te_observed"]})  # fmt: skip
+        rows.append(
+            {
+                "Model": PAPER_LABELS[model],
+                "Setting": f"Table 1: {setting}",
+                "Source": "paper inputs",
+                "c_expert": c_e,
+                "c_dense": c_d,
+                "top_k": k,
+                "Unique experts": unique,
+                "MoE share": 100 * k * c_e / (c_d + k * c_e),
+                "MoE-scale ratio": unique / k,
+                "Non-MoE-scale ratio": 1.0,
+                "Predicted te": ours,
+                "Paper-predicted te": v["te_pred"],
+                "Difference delta": ours - v["te_pred"],
+                "Paper-observed te": v["te_observed"],
+            }
+        )
     t11 = overlap_paper_values(11)
     v = {(s, m): x for s, m, x in zip(t11["setting"], t11["metric"], t11["value"], strict=True)}
     base = t1[(t1["model"] == "qwen3_30b") & (t1["setting"] == "bf16, TP1")].set_index("metric")["value"]
@@ -506,13 +629,28 @@ def te_paper_table() -> pd.DataFrame:
         scale = v.get((step, "moe_scale"), scale)
         dense = v.get((step, "dense_scale"), dense)
         ours = target_efficiency_shares(share / 100, scale, dense)
-        rows.append({"Model": "Qwen3-30B", "Setting": f"Table 11: {step}", "Source": "paper inputs",
-                     "MoE share": share, "MoE-scale ratio": scale, "Non-MoE-scale ratio": dense,
-                     "Predicted te": ours, "Paper-predicted te": v[(step, "te")],
-                     "Difference delta": ours - v[(step, "te")]})  # fmt: skip
+        rows.append(
+            {
+                "Model": "Qwen3-30B",
+                "Setting": f"Table 11: {step}",
+                "Source": "paper inputs",
+                "MoE share": share,
+                "MoE-scale ratio": scale,
+                "Non-MoE-scale ratio": dense,
+                "Predicted te": ours,
+                "Paper-predicted te": v[(step, "te")],
+                "Difference delta": ours - v[(step, "te")],
+            }
+        )
     for what in ("measured kernel-level sum", "measured sweep wall-clock"):
-        rows.append({"Model": "Qwen3-30B", "Setting": f"Table 11: {what}", "Source": "paper",
-                     "Paper-observed te": v[(what, "te")]})  # fmt: skip
+        rows.append(
+            {
+                "Model": "Qwen3-30B",
+                "Setting": f"Table 11: {what}",
+                "Source": "paper",
+                "Paper-observed te": v[(what, "te")],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -537,68 +675,133 @@ def build_routing_tables(
     tables, missing = [], []
     frame = prepare(frame, defaults)  # once: the builders below take the prepared frame as it is
     te_paper = te_paper_table()
-    tables.append(Table(
-        "overlap_te_paper", "Overlap Tables 1, 11", "The overlap paper's predicted TE from its own inputs",
-        "TE = (C_dense + k C_expert) / (C_dense + unique C_expert) per GPU and layer (Table 1; its C_dense is one "
-        "layer's attention weights), and Table 11's corrections TE = 1 / ((1 - MoE share) x non-MoE scale + MoE "
-        "share x MoE scale), applied cumulatively; the rounded inputs printed in the paper give its TE to "
-        "0.001. Nothing here is measured by us.", te_paper, False, _records(pd.DataFrame())))  # fmt: skip
+    tables.append(
+        Table(
+            "overlap_te_paper",
+            "Overlap Tables 1, 11",
+            "The overlap paper's predicted TE from its own inputs",
+            "TE = (C_dense + k C_expert) / (C_dense + unique C_expert) per GPU and layer (Table 1; its C_dense is one "
+            "layer's attention weights), and Table 11's corrections TE = 1 / ((1 - MoE share) x non-MoE scale + MoE "
+            "share x MoE scale), applied cumulatively; the rounded inputs printed in the paper give its TE to "
+            "0.001. Nothing here is measured by us.",
+            te_paper,
+            False,
+            _records(pd.DataFrame()),
+        )
+    )
     te, used = te_table(frame, costs or {}, defaults)
     if len(te) and (te["Source"] == "ours").any():
-        tables.append(Table(
-            "overlap_te", "Overlap Tables 1, 10", "Target efficiency: measured vs predicted by activated-expert bytes",
-            _note("Measured TE = T_step(AR) / T_verify(SD) at the same batch size B (the record's ar_t_step_s / "
-                  "t_verify_s); predicted TE = bytes of an AR pass / bytes of the verify pass = (C_dense + k C_expert) "
-                  "/ (C_dense + E C_expert) with the measured E (at B > 1 AR's measured E instead of k), C_expert = "
-                  "one routed expert's stored bytes and C_dense = every non-expert byte a pass reads per MoE layer "
-                  "(analysis.cost: attention, dense and shared MLPs, norms, routers, lm_head; the paper's C_dense is "
-                  "attention only); gap = measured - predicted. gamma = 4 (K = 3), standard drafter.", used,
-                  "the overlap paper's Tables 1 and 10 (its models, H100; E = its unique_sd). Times of tiny "
-                  "models are CPU wall clock."), te, False, used))  # fmt: skip
+        tables.append(
+            Table(
+                "overlap_te",
+                "Overlap Tables 1, 10",
+                "Target efficiency: measured vs predicted by activated-expert bytes",
+                _note(
+                    "Measured TE = T_step(AR) / T_verify(SD) at the same batch size B (the record's ar_t_step_s / "
+                    "t_verify_s); predicted TE = bytes of an AR pass / bytes of the verify pass = "
+                    "(C_dense + k C_expert) / (C_dense + E C_expert) with the measured E (at B > 1 AR's measured E "
+                    "instead of k), C_expert = "
+                    "one routed expert's stored bytes and C_dense = every non-expert byte a pass reads per MoE layer "
+                    "(analysis.cost: attention, dense and shared MLPs, norms, routers, lm_head; the paper's C_dense is "
+                    "attention only); gap = measured - predicted. gamma = 4 (K = 3), standard drafter.",
+                    used,
+                    "the overlap paper's Tables 1 and 10 (its models, H100; E = its unique_sd). Times of tiny "
+                    "models are CPU wall clock.",
+                ),
+                te,
+                False,
+                used,
+            )
+        )
     else:
         missing.append("Overlap Tables 1, 10")
     if data.sources:
         used = pd.concat([s.used for s in data.sources]).drop_duplicates("path")
-        src = ("Data says where the routes come from: the committed sequences of traced SD records (pooled; "
-               "datasets are the slices) or the tiny model's build traces (corpus windows).")  # fmt: skip
+        src = (
+            "Data says where the routes come from: the committed sequences of traced SD records (pooled; "
+            "datasets are the slices) or the tiny model's build traces (corpus windows)."
+        )
         for name, label, title, text, build, paper in (
-            ("overlap_step1", "Overlap Tables 2, 13", "Step-1 expert overlap decomposition",
-             "Overlap = mean over MoE layers of the experts tokens t and t+1 share / k; uniform = k/N; "
-             "independence = sum of squared per-token expert probabilities / k; temporal = empirical - "
-             "independence; share = temporal / empirical.", step1_table, "Table 13 (and Kimi-K2.5 from Table 2)."),
-            ("overlap_distance", "Overlap Tables 17, 18", "Overlap by step distance, pooled and across data slices",
-             "Overlap of tokens d = 1..4 apart with the independence baseline; per dataset and the slices' mean / "
-             "min / max (Table 18's spread).", distance_table, "Table 17; Table 18 (Qwen3-30B; its Verify "
-             "ratio column is not computed here)."),
-            ("overlap_layers", "Overlap Table 19", "Per-layer step-1 overlap vs independence",
-             "Step-1 overlap of each MoE layer, its independence baseline and their ratio.", layers_table,
-             "Table 19's representative layers."),
-            ("overlap_unique", "Overlap Tables 3, 20", "Unique experts in a 4-token window and the IPF prediction",
-             "Unique experts per MoE layer over 4 consecutive tokens (K = 3 drafts + root): uniform N(1-(1-k/N)^4), "
-             "independence, empirical, empirical / k; maximum-entropy IPF predictions from the overlaps at "
-             "distance 1-3 with uniform or the measured (skewed) expert loads; err = (IPF - empirical) / "
-             "empirical.", unique_table, "Table 20 (and Kimi-K2.5 from Table 3)."),
-        ):  # fmt: skip
+            (
+                "overlap_step1",
+                "Overlap Tables 2, 13",
+                "Step-1 expert overlap decomposition",
+                "Overlap = mean over MoE layers of the experts tokens t and t+1 share / k; uniform = k/N; "
+                "independence = sum of squared per-token expert probabilities / k; temporal = empirical - "
+                "independence; share = temporal / empirical.",
+                step1_table,
+                "Table 13 (and Kimi-K2.5 from Table 2).",
+            ),
+            (
+                "overlap_distance",
+                "Overlap Tables 17, 18",
+                "Overlap by step distance, pooled and across data slices",
+                "Overlap of tokens d = 1..4 apart with the independence baseline; per dataset and the slices' mean / "
+                "min / max (Table 18's spread).",
+                distance_table,
+                "Table 17; Table 18 (Qwen3-30B; its Verify ratio column is not computed here).",
+            ),
+            (
+                "overlap_layers",
+                "Overlap Table 19",
+                "Per-layer step-1 overlap vs independence",
+                "Step-1 overlap of each MoE layer, its independence baseline and their ratio.",
+                layers_table,
+                "Table 19's representative layers.",
+            ),
+            (
+                "overlap_unique",
+                "Overlap Tables 3, 20",
+                "Unique experts in a 4-token window and the IPF prediction",
+                "Unique experts per MoE layer over 4 consecutive tokens (K = 3 drafts + root): uniform N(1-(1-k/N)^4), "
+                "independence, empirical, empirical / k; maximum-entropy IPF predictions from the overlaps at "
+                "distance 1-3 with uniform or the measured (skewed) expert loads; err = (IPF - empirical) / "
+                "empirical.",
+                unique_table,
+                "Table 20 (and Kimi-K2.5 from Table 3).",
+            ),
+        ):
             tables.append(Table(name, label, title, _note(f"{text} {src}", used, paper), build(data), False, used))
     else:
         missing += ["Overlap Tables 2, 13", "Overlap Tables 17, 18", "Overlap Table 19", "Overlap Tables 3, 20"]
     if data.tokens:
         used = _labelled(data, frame, defaults)
-        tables.append(Table(
-            "overlap_acceptance", "Overlap Tables 14, 15", "Accepted vs first-rejected draft tokens: routing overlap",
-            _note("Per draft depth (deconfounded): consecutive overlap (token vs its parent) of accepted tokens and "
-                  "of first-rejected ones (not accepted, parent accepted or the root); delta = accepted - rejected "
-                  "(negative: rejected tokens overlap more), Cohen's d (pooled SD), Welch's two-sided p, Cohen's size "
-                  "label; anchor = overlap with the root (depth 0 -> j, Figure 9). From the traced verify passes.",
-                  used, "the overlap paper's Tables 14 and 15 (Size derived from its d)."),
-            acceptance_table(data, frame, defaults), False, used))  # fmt: skip
-        tables.append(Table(
-            "overlap_heldout", "Overlap Table 16", "Held-out deconfounded routing summary",
-            _note("Median across datasets (the held-out slices) of each depth's delta (accepted - first-rejected "
-                  "consecutive overlap) and of the anchor drop (mean consecutive - anchor overlap of the compared "
-                  "tokens at depth >= 2; analysis/acceptance.py); 'pooled' = the same over all the row's tokens.",
-                  used, "the overlap paper's Table 16 (medians over its Spec-Bench and Aya slices)."),
-            heldout_table(data, frame, defaults), False, used))  # fmt: skip
+        tables.append(
+            Table(
+                "overlap_acceptance",
+                "Overlap Tables 14, 15",
+                "Accepted vs first-rejected draft tokens: routing overlap",
+                _note(
+                    "Per draft depth (deconfounded): consecutive overlap (token vs its parent) of accepted tokens and "
+                    "of first-rejected ones (not accepted, parent accepted or the root); delta = accepted - rejected "
+                    "(negative: rejected tokens overlap more), Cohen's d (pooled SD), Welch's two-sided p, Cohen's "
+                    "size label; anchor = overlap with the root (depth 0 -> j, Figure 9). From the traced verify "
+                    "passes.",
+                    used,
+                    "the overlap paper's Tables 14 and 15 (Size derived from its d).",
+                ),
+                acceptance_table(data, frame, defaults),
+                False,
+                used,
+            )
+        )
+        tables.append(
+            Table(
+                "overlap_heldout",
+                "Overlap Table 16",
+                "Held-out deconfounded routing summary",
+                _note(
+                    "Median across datasets (the held-out slices) of each depth's delta (accepted - first-rejected "
+                    "consecutive overlap) and of the anchor drop (mean consecutive - anchor overlap of the compared "
+                    "tokens at depth >= 2; analysis/acceptance.py); 'pooled' = the same over all the row's tokens.",
+                    used,
+                    "the overlap paper's Table 16 (medians over its Spec-Bench and Aya slices).",
+                ),
+                heldout_table(data, frame, defaults),
+                False,
+                used,
+            )
+        )
     else:
         missing += ["Overlap Tables 14, 15", "Overlap Table 16"]
     return tables, missing

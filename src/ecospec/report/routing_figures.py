@@ -45,10 +45,23 @@ def distance_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     d = np.arange(1, len(sources[0].stats.all.overlap) + 1)
     paper = overlap_paper_values(17).pivot_table(index="model", columns="metric", values="value", sort=False)
     for i, (name, row) in enumerate(paper.iterrows()):
-        ax.plot(d, [row[f"overlap_d{j}"] for j in d], color="0.75", linewidth=1, zorder=1,
-                label="paper Table 17 (6 models)" if i == 0 else None)  # fmt: skip
-        ax.annotate(PAPER_LABELS.get(name, name), (d[-1], row[f"overlap_d{d[-1]}"]), xytext=(3, 0),
-                    textcoords="offset points", fontsize=6, color="0.5", va="center")  # fmt: skip
+        ax.plot(
+            d,
+            [row[f"overlap_d{j}"] for j in d],
+            color="0.75",
+            linewidth=1,
+            zorder=1,
+            label="paper Table 17 (6 models)" if i == 0 else None,
+        )
+        ax.annotate(
+            PAPER_LABELS.get(name, name),
+            (d[-1], row[f"overlap_d{d[-1]}"]),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=6,
+            color="0.5",
+            va="center",
+        )
     for s in sources:
         colour, marker = _style(s)
         a = s.stats.all
@@ -104,22 +117,53 @@ def ipf_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     fig = Figure(figsize=(6.4, 5.4), layout="constrained")
     ax = fig.subplots()
     paper = overlap_paper_values(20).pivot_table(index="model", columns="metric", values="value", sort=False)
-    ax.scatter(paper["unique_empirical"], paper["unique_ipf_uniform"], marker="o", facecolors="none",
-               edgecolors="0.5", label="paper Table 20: uniform IPF")  # fmt: skip
-    ax.scatter(paper["unique_empirical"], paper["unique_ipf_skewed"], marker="x", color="0.5",
-               label="paper Table 20: skewed IPF")  # fmt: skip
+    ax.scatter(
+        paper["unique_empirical"],
+        paper["unique_ipf_uniform"],
+        marker="o",
+        facecolors="none",
+        edgecolors="0.5",
+        label="paper Table 20: uniform IPF",
+    )
+    ax.scatter(
+        paper["unique_empirical"],
+        paper["unique_ipf_skewed"],
+        marker="x",
+        color="0.5",
+        label="paper Table 20: skewed IPF",
+    )
     for name, row in paper.iterrows():
-        ax.annotate(PAPER_LABELS.get(name, name), (row["unique_empirical"], row["unique_ipf_skewed"]),
-                    xytext=(4, -8), textcoords="offset points", fontsize=6, color="0.4")  # fmt: skip
+        ax.annotate(
+            PAPER_LABELS.get(name, name),
+            (row["unique_empirical"], row["unique_ipf_skewed"]),
+            xytext=(4, -8),
+            textcoords="offset points",
+            fontsize=6,
+            color="0.4",
+        )
     cycle = [f"C{i}" for i in range(10)]
     values = list(paper["unique_empirical"])
     for i, s in enumerate(sources):
         a = s.stats.all
         label = f"{model_label(s.model)}, {s.data}"
-        ax.scatter([a.unique_empirical], [s.ipf_uniform], marker="o", color=cycle[i % 10], s=50,
-                   label=f"{label}: uniform IPF", zorder=3)  # fmt: skip
-        ax.scatter([a.unique_empirical], [s.ipf_skewed], marker="X", color=cycle[i % 10], s=60,
-                   label=f"{label}: skewed IPF", zorder=3)  # fmt: skip
+        ax.scatter(
+            [a.unique_empirical],
+            [s.ipf_uniform],
+            marker="o",
+            color=cycle[i % 10],
+            s=50,
+            label=f"{label}: uniform IPF",
+            zorder=3,
+        )
+        ax.scatter(
+            [a.unique_empirical],
+            [s.ipf_skewed],
+            marker="X",
+            color=cycle[i % 10],
+            s=60,
+            label=f"{label}: skewed IPF",
+            zorder=3,
+        )
         values.append(a.unique_empirical)
     top = max(v for v in [*values, *paper["unique_ipf_uniform"]] if np.isfinite(v)) * 1.08
     ax.plot([0, top], [0, top], color="black", linewidth=1, label="y = x")
@@ -156,14 +200,28 @@ def accept_figure(model: str, tokens: DraftTokens) -> tuple[Figure, str] | None:
             means = [getattr(c, f"{mean}_{group}") for c in comps]
             errs = [getattr(c, f"{sem}_{group}") for c in comps]
             label = "accepted" if group == "accepted" else "first rejected"
-            ax.errorbar(depth + offset, means, yerr=np.nan_to_num(errs), marker="o", capsize=4, color=colour,
-                        linewidth=1.8, label=label)  # fmt: skip
+            ax.errorbar(
+                depth + offset,
+                means,
+                yerr=np.nan_to_num(errs),
+                marker="o",
+                capsize=4,
+                color=colour,
+                linewidth=1.8,
+                label=label,
+            )
         for c in comps:
             cmp = getattr(c, test)
             if cmp is not None:
                 top = max(getattr(c, f"{mean}_accepted"), getattr(c, f"{mean}_first_rejected"))
-                ax.annotate(f"d = {cmp.cohen_d:+.2f}", (c.depth, top), xytext=(0, 10), textcoords="offset points",
-                            ha="center", fontsize=8)  # fmt: skip
+                ax.annotate(
+                    f"d = {cmp.cohen_d:+.2f}",
+                    (c.depth, top),
+                    xytext=(0, 10),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=8,
+                )
         ax.set_title(title, fontsize=10)
         ax.set_xticks(depth)
         ax.set_xlabel("draft depth j")

@@ -52,10 +52,24 @@ GPU = "NVIDIA H100 80GB HBM3"
 BATCH_GPU = "NVIDIA H200"
 CPU = "AMD EPYC 7B13 (2 threads)"
 ACCURACY = {"acc50": 0.5, "acc60": 0.6, "final": 0.82}
-RUN = {"out_dir": "experiments", "device": "auto", "threads": None, "force": False, "progress": False,
-       "logger": {"name": "none"}}  # fmt: skip
-ENV = {"host": "synthetic", "python": "3.11.7", "torch": "2.13.0", "transformers": "5.24.0", "ecospec": "0.1.0",
-       "git_commit": None, "slurm_job_id": None, "slurm_array_task_id": None}  # fmt: skip
+RUN = {
+    "out_dir": "experiments",
+    "device": "auto",
+    "threads": None,
+    "force": False,
+    "progress": False,
+    "logger": {"name": "none"},
+}
+ENV = {
+    "host": "synthetic",
+    "python": "3.11.7",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "ecospec": "0.1.0",
+    "git_commit": None,
+    "slurm_job_id": None,
+    "slurm_array_task_id": None,
+}
 
 
 def _grid() -> list[dict]:
@@ -69,8 +83,9 @@ def _grid() -> list[dict]:
                     cells.append({"experiment": "table1", "model": model, "method": method, "dataset": ds, "T": t})
             for gamma in (3, 4, 5, 6):
                 for method in (base, "ecospec"):
-                    cells.append({"experiment": "table11_12", "model": model, "method": method, "dataset": ds,
-                                  "gamma": gamma})  # fmt: skip
+                    cells.append(
+                        {"experiment": "table11_12", "model": model, "method": method, "dataset": ds, "gamma": gamma}
+                    )
             for b in (1, 2, 4, 8):
                 for method in ("ar", base, "ecospec"):
                     cells.append({"experiment": "batch", "model": model, "method": method, "dataset": ds, "B": b})
@@ -81,8 +96,7 @@ def _grid() -> list[dict]:
             cells.append({"experiment": "table4", "model": model, "method": method, "dataset": "gsm8k"})
         for ds in ("gsm8k", "mtbench"):
             for ckpt in ("acc50", "acc60", "final"):
-                cells.append({"experiment": "table9", "model": model, "method": "ecospec", "dataset": ds,
-                              "ckpt": ckpt})  # fmt: skip
+                cells.append({"experiment": "table9", "model": model, "method": "ecospec", "dataset": ds, "ckpt": ckpt})
             for method in ("oracle", "ecospec"):
                 cells.append({"experiment": "table10", "model": model, "method": method, "dataset": ds})
     for model, budgets in BUDGETS.items():
@@ -179,13 +193,14 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
         "speedup": tps / ar_tps,
         "matches_ar": 1.0 if cfg["temperature"] == 0 else None,
         "hbm_bytes_per_verify": verify_hbm_bytes(cost, float(by_layer.mean())),
-        "predictor_accuracy": ACCURACY.get(cfg["model"]["predictor"]["checkpoint"]) if c["method"] in (
-            "ecospec", "global_cost") else None,
+        "predictor_accuracy": ACCURACY.get(cfg["model"]["predictor"]["checkpoint"])
+        if c["method"] in ("ecospec", "global_cost")
+        else None,
         "top_k": k,
         "num_experts": cost.num_experts,
         "num_moe_layers": cost.moe_layers,
-        **({} if "EB" not in c else _quality(c, e_base))
-    }  # fmt: skip
+        **({} if "EB" not in c else _quality(c, e_base)),
+    }
 
 
 def _quality(c: dict, e_free: float) -> dict:
@@ -204,16 +219,26 @@ def _prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:
     for i in range(2):
         n = min(cfg["max_new_tokens"], 16)
         steps = max(1, round(n / summary["alpha"]))
-        rows.append({
-            "id": f"{cfg['dataset']['name']}/{i}", "turn": 0, "prompt_tokens": int(rng.integers(50, 400)),
-            "tokens": rng.integers(3, 4096, n).tolist(), "n_tokens": n, "steps": steps, "accepted": n,
-            "verified": steps * cfg["gamma"], "seconds": steps * summary["t_step_s"],
-            "t_prefill_s": summary["t_prefill_s"], **{f"{p}_s": steps * summary[f"{p}_s"] for p in (
-                "t_pred", "t_draft", "t_select", "t_verify")}, "t_total_s": steps * summary["t_step_s"],
-            "alpha": n / steps, "experts_per_layer": summary["experts_per_layer"],
-            **({"matches_ar": True} if cfg["temperature"] == 0 else {}),
-            "experts_by_layer": summary["experts_by_layer"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": f"{cfg['dataset']['name']}/{i}",
+                "turn": 0,
+                "prompt_tokens": int(rng.integers(50, 400)),
+                "tokens": rng.integers(3, 4096, n).tolist(),
+                "n_tokens": n,
+                "steps": steps,
+                "accepted": n,
+                "verified": steps * cfg["gamma"],
+                "seconds": steps * summary["t_step_s"],
+                "t_prefill_s": summary["t_prefill_s"],
+                **{f"{p}_s": steps * summary[f"{p}_s"] for p in ("t_pred", "t_draft", "t_select", "t_verify")},
+                "t_total_s": steps * summary["t_step_s"],
+                "alpha": n / steps,
+                "experts_per_layer": summary["experts_per_layer"],
+                **({"matches_ar": True} if cfg["temperature"] == 0 else {}),
+                "experts_by_layer": summary["experts_by_layer"],
+            }
+        )
     return rows
 
 
@@ -264,8 +289,17 @@ def _trace(cfg: dict, cost, rng: np.random.Generator) -> list[dict]:
             for i in range(1, 4):
                 if block[i] is None:
                     block[i] = _next_routes(block[TREE["parents"][i]], weights, 0.4, rng)
-            out.append({"prompt": f"{dataset}/{p}", "turn": 0, "step": step, "tokens": rng.integers(3, 500, 4).tolist(),
-                        **TREE, "path": path, "routes": np.stack(block, axis=1).tolist()})  # fmt: skip
+            out.append(
+                {
+                    "prompt": f"{dataset}/{p}",
+                    "turn": 0,
+                    "step": step,
+                    "tokens": rng.integers(3, 500, 4).tolist(),
+                    **TREE,
+                    "path": path,
+                    "routes": np.stack(block, axis=1).tolist(),
+                }
+            )
             seq = seq[len(path) :]  # the bonus token, seq[len(path)], is the next pass's root
     return out
 

@@ -32,19 +32,41 @@ MAIN = {"gamma": "model", "depth": 3, "topk": 2, "batch_size": 1}  # the paper's
 PAPER_GAMMA = 4  # the γ the paper's rule chose for its models (App. C): a model without its own γ holds this
 MODELS = {"qwen3": "Qwen3-235B-A22B", "gptoss": "GPT-OSS-120B", "deepseek": "DeepSeek-V3.1"}
 DATASETS = {
-    "gsm8k": "GSM8K", "humaneval": "HumanEval", "aime25": "AIME25", "math500": "MATH500", "amc": "AMC22-24",
-    "mtbench": "MT-Bench", "mmstar": "MMStar",
-}  # fmt: skip
+    "gsm8k": "GSM8K",
+    "humaneval": "HumanEval",
+    "aime25": "AIME25",
+    "math500": "MATH500",
+    "amc": "AMC22-24",
+    "mtbench": "MT-Bench",
+    "mmstar": "MMStar",
+}
 DRAFTERS = drafter_labels()  # the model's own drafter as the tables print it (drafters.registry)
 ROLES = {"ar": "AR", **{m.role: m.label for m in methods()}}  # in the tables' order (ecospec.methods)
 SELECTOR_ROLES = {m.name: m.role for m in methods()}
 SPD_ALPHA_E = ["speedup", "alpha", "E"]
-LABELS = {"model": "Model", "temperature": "T", "label": "Method", "gamma": "γ", "drafter_path": "Drafter checkpoint",
-          "predictor_checkpoint": "Predictor checkpoint"}  # fmt: skip
+LABELS = {
+    "model": "Model",
+    "temperature": "T",
+    "label": "Method",
+    "gamma": "γ",
+    "drafter_path": "Drafter checkpoint",
+    "predictor_checkpoint": "Predictor checkpoint",
+}
 # a table frame's row-label columns (with those of the overlap paper's tables, report/routing.py); the others hold
 # values
-LABEL_COLUMNS = {*LABELS.values(), "Source", "Data", "Setting", "B", "Budget", "Dataset", "Depth", "Layer", "Pairing",
-                 "Benchmarks"}  # fmt: skip
+LABEL_COLUMNS = {
+    *LABELS.values(),
+    "Source",
+    "Data",
+    "Setting",
+    "B",
+    "Budget",
+    "Dataset",
+    "Depth",
+    "Layer",
+    "Pairing",
+    "Benchmarks",
+}
 GROUP = ("model", "temperature")  # rows set side by side: a model at one T (their averages take the same benchmarks)
 
 
@@ -270,9 +292,13 @@ def _assemble(
 
 
 def with_intervals(
-    table: pd.DataFrame, cells: pd.DataFrame, rows: list[str], metrics: list[str], avg: bool,
+    table: pd.DataFrame,
+    cells: pd.DataFrame,
+    rows: list[str],
+    metrics: list[str],
+    avg: bool,
     versus: tuple[tuple[str, str], ...] = (),
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """An `_assemble` table (one column group per Dataset) with each of our rows' speedups bounded by their 95 %
     interval ("<group> speedup_lo" / "_hi"; Avg: the bootstrap of the mean over the row's benchmarks) and, per
     model and T (and the other row keys but the method), a ratio row for each (a, b) pair of roles in `versus`:
@@ -395,8 +421,9 @@ cells02 = cells03 = _greedy
 
 def table02_hbm(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 2: estimated HBM bytes per verify pass (GB) and E, T=0, mean over the benchmarks present."""
-    return _assemble(_greedy(frame, defaults), ["model", "label"], ["E", "hbm_gb"], paper=_paper(2),
-                     on=["model", "paper_method"])  # fmt: skip
+    return _assemble(
+        _greedy(frame, defaults), ["model", "label"], ["E", "hbm_gb"], paper=_paper(2), on=["model", "paper_method"]
+    )
 
 
 def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
@@ -405,8 +432,17 @@ def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     cells = _greedy(frame, defaults).copy()
     cells["draft_over_ar"] = cells["t_draft_s"] / cells["ar_t_step_s"]
     cells["pred_over_verify"] = cells["t_pred_s"] / cells["t_verify_s"]
-    metrics = ["E", "t_pred_s", "t_draft_s", "t_verify_s", "t_step_s", "draft_over_ar", "pred_over_verify", "alpha",
-               "speedup"]  # fmt: skip
+    metrics = [
+        "E",
+        "t_pred_s",
+        "t_draft_s",
+        "t_verify_s",
+        "t_step_s",
+        "draft_over_ar",
+        "pred_over_verify",
+        "alpha",
+        "speedup",
+    ]
     return _assemble(cells, ["model", "label"], metrics, paper=_paper(3), on=["model", "paper_method"])
 
 
@@ -528,8 +564,9 @@ def table09_predictor(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 9: EcoSpec with each predictor checkpoint, in order of its top-k accuracy: speedup / α / E."""
     cells = cells09(frame, defaults).copy()
     cells["accuracy"] = cells.groupby(["model", "predictor_checkpoint"])["predictor_accuracy"].transform("mean")
-    cells = cells.sort_values(["_model_rank", "model", "temperature", "accuracy", "predictor_checkpoint"],
-                              kind="stable", na_position="last")  # fmt: skip
+    cells = cells.sort_values(
+        ["_model_rank", "model", "temperature", "accuracy", "predictor_checkpoint"], kind="stable", na_position="last"
+    )
     paper = _paper(9, _dataset_col).assign(predictor_checkpoint=lambda p: p["setting"])
     rows = ["model", "temperature", "predictor_checkpoint"]
     return _assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, paper, rows, first=["accuracy"])
@@ -585,9 +622,18 @@ def table13_models(costs: Mapping[str, ModelCost]) -> pd.DataFrame:
             }
             for name, c in costs.items()
         ],
-        columns=["model", "layers", "moe_layers", "num_experts", "top_k", "expert_params_m", "total_params_b",
-                 "active_params_b", "storage"],
-    )  # fmt: skip
+        columns=[
+            "model",
+            "layers",
+            "moe_layers",
+            "num_experts",
+            "top_k",
+            "expert_params_m",
+            "total_params_b",
+            "active_params_b",
+            "storage",
+        ],
+    )
     cells = cells.sort_values("model").sort_values("model", key=lambda s: _rank(s, MODELS), kind="stable")
     metrics = ["layers", "moe_layers", "num_experts", "top_k", "expert_params_m", "total_params_b", "active_params_b"]
     table = _assemble(cells, ["model"], metrics, paper=_paper(13), on=["model"])
@@ -651,10 +697,16 @@ def modeled_cells(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=
     cells = cells.assign(_pred=cells["predictor_checkpoint"].notna())
     agg = (
         cells.groupby(ROW_KEYS, sort=False)
-        .agg(Benchmarks=("_benchmarks", "first"), alpha=("alpha", "mean"), E=("E", "mean"),
-             drafter=("drafter", "first"), depth=("depth", "first"), predictor=("_pred", "any"))
+        .agg(
+            Benchmarks=("_benchmarks", "first"),
+            alpha=("alpha", "mean"),
+            E=("E", "mean"),
+            drafter=("drafter", "first"),
+            depth=("depth", "first"),
+            predictor=("_pred", "any"),
+        )
         .reset_index()
-    )  # fmt: skip
+    )
     return agg[MODELED_CELLS]
 
 
@@ -671,8 +723,10 @@ def modeled_rows(
     agg = agg.copy()
     parts = [row_parts(*row) for row in zip(agg["model"], agg["drafter"], agg["depth"], agg["predictor"], strict=True)]
     for hw in HARDWARE:
-        res = [_modeled_step(costs, m, a, e, hw, overheads, profiles, pt) for m, a, e, pt in
-               zip(agg["model"], agg["alpha"], agg["E"], parts, strict=True)]  # fmt: skip
+        res = [
+            _modeled_step(costs, m, a, e, hw, overheads, profiles, pt)
+            for m, a, e, pt in zip(agg["model"], agg["alpha"], agg["E"], parts, strict=True)
+        ]
         agg[f"{hw} t_verify_ms"] = [r["t_verify_s"] * 1e3 for r in res]
         agg[f"{hw} t_draft_pred_ms"] = [(r["t_draft_s"] + r["t_pred_s"]) * 1e3 for r in res]
         agg[f"{hw} t_step_ms"] = [r["t_step_s"] * 1e3 for r in res]
@@ -695,8 +749,9 @@ def row_parts(model: str, drafter, depth, predictor: bool) -> StepParts | None:
         return None
 
 
-def _modeled_step(costs, model: str, alpha: float, experts: float, hw, overheads=None, profiles=None,
-                  parts: StepParts | None = None) -> dict:  # fmt: skip
+def _modeled_step(
+    costs, model: str, alpha: float, experts: float, hw, overheads=None, profiles=None, parts: StepParts | None = None
+) -> dict:
     """`modeled_step` (the whole step: verify, each draft pass, the predictor's pass) on the verify-latency
     benchmark's fitted profile of (model, GPU) where there is one, else on the datasheet bandwidth with the per-pass
     overhead fitted from that GPU's SD records (or 0)."""
@@ -718,8 +773,10 @@ def cells_moespec(frame, defaults=None) -> pd.DataFrame:
     return _newest(out, ["model", "temperature", "role", "drafter", "dataset", "expert_budget", "budget_policy"])
 
 
-MOESPEC_QUALITY = {0: ["budget_error_rate", "matches_ar", "first_divergence"],
-                   1: ["loglik_per_token", "ar_loglik_per_token", "matches_ar"]}  # fmt: skip
+MOESPEC_QUALITY = {
+    0: ["budget_error_rate", "matches_ar", "first_divergence"],
+    1: ["loglik_per_token", "ar_loglik_per_token", "matches_ar"],
+}
 
 
 def table_moespec(
@@ -740,24 +797,34 @@ def table_moespec(
     cells["Budget"] = cells["expert_budget"].map(lambda b: "—" if pd.isna(b) else f"B={int(b)}")
     cells["_budget"] = cells["expert_budget"].fillna(np.inf)
     cells.loc[~cells["budgeted"] & (cells["temperature"] == 0), "budget_error_rate"] = 0.0
-    cells = cells.sort_values(["_model_rank", "model", "temperature", "_budget", "_role_rank", "label"],
-                              kind="stable", ascending=[True, True, True, False, True, True])  # fmt: skip
+    cells = cells.sort_values(
+        ["_model_rank", "model", "temperature", "_budget", "_role_rank", "label"],
+        kind="stable",
+        ascending=[True, True, True, False, True, True],
+    )
     rows = ["model", "temperature", "label", "Budget"]
     metrics = ["speedup", "alpha", "E", *dict.fromkeys(MOESPEC_QUALITY[0] + MOESPEC_QUALITY[1])]
     metrics = [m for m in metrics if m in cells and cells[m].notna().any()]
     cells = common_benchmarks(cells, rows)
     agg = cells.groupby(rows, sort=False)[metrics].mean().reset_index()
     agg.insert(len(rows), "Benchmarks", cells.groupby(rows, sort=False)["_benchmarks"].first().to_numpy())
-    first = cells.assign(_pred=cells["predictor_checkpoint"].notna()).groupby(rows, sort=False).agg(
-        _drafter=("drafter", "first"), _depth=("depth", "first"), _pred=("_pred", "any")).reset_index()  # fmt: skip
-    parts = [row_parts(m, d, p, q) for m, d, p, q in zip(agg["model"], first["_drafter"], first["_depth"],
-                                                         first["_pred"], strict=True)]  # fmt: skip
+    first = (
+        cells.assign(_pred=cells["predictor_checkpoint"].notna())
+        .groupby(rows, sort=False)
+        .agg(_drafter=("drafter", "first"), _depth=("depth", "first"), _pred=("_pred", "any"))
+        .reset_index()
+    )
+    parts = [
+        row_parts(m, d, p, q)
+        for m, d, p, q in zip(agg["model"], first["_drafter"], first["_depth"], first["_pred"], strict=True)
+    ]
     for hw in HARDWARE if costs else ():
         agg[f"modeled {hw} speedup"] = [
             _modeled_step(costs, m, a, e, hw, overheads, profiles, pt)["speedup"]
-            if m in costs and a > 0 and pd.notna(e) else np.nan
+            if m in costs and a > 0 and pd.notna(e)
+            else np.nan
             for m, a, e, pt in zip(agg["model"], agg["alpha"], agg["E"], parts, strict=True)
-        ]  # fmt: skip
+        ]
     agg["model"] = agg["model"].map(model_label)
     agg = agg.rename(columns=LABELS).dropna(axis=1, how="all")
     agg.insert(4, "Source", "ours")
@@ -801,49 +868,113 @@ class Spec:
 
 
 SPECS = [
-    Spec("table01_main", "Table 1", "Main results: speedup / α / E per model, benchmark and temperature",
-         "Each cell: speedup vs AR [95 % interval] / α (tokens per step) / E (unique experts per MoE layer per verify "
-         "pass); Avg = mean over the benchmarks every row of its model and T has (Benchmarks); baseline = the model's "
-         "own drafter with confidence selection." + RATIO_NOTE, cells01, table01_main, combine=True),
-    Spec("table02_hbm", "Table 2", "Estimated HBM bytes read per verify pass",
-         "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, `analysis.cost.verify_hbm_bytes`), "
-         "T=0, mean over the benchmarks named (the same for every row of a model). GPT-OSS: the paper counts every "
-         "weight at 4 bits, we count the "
-         "checkpoint's formats (bf16 attention and lm_head; see analysis/cost.py).", cells02, table02_hbm,
-         timed=False),
-    Spec("table03_latency", "Table 3", "Latency breakdown per SD step",
-         "Seconds per step (AR: per token) of predictor, drafting, verification and the whole step, E, α and "
-         "speedup vs AR; T=0, mean over the benchmarks named (the same for every row of a model). The cost regime: "
-         "T_draft / T_AR (AR's time per "
-         "token) and T_pred / T_verify (the paper: one-layer head vs 94 target layers; predictor ~0.5 %).",
-         cells03, table03_latency),
-    Spec("table04_ablation", "Table 4", "Ablation: static global cost vs EcoSpec's marginal cost",
-         "Each cell: speedup [95 % interval] / α / E, on the benchmarks that have a global-cost record." + RATIO_NOTE,
-         cells04, table04_ablation, combine=True),
-    Spec("table05_drafters", "Table 5", "GTO-trained heads alone and with EcoSpec",
-         "Each cell: speedup / α; GTO = the model's EAGLE-3 head trained further with Group Tree Optimization "
-         "(drafters/gto_train.py), with confidence selection and with EcoSpec, beside the model's own EAGLE-3 and "
-         "EcoSpec on the same benchmarks.", cells05, table05_drafters, combine=True),
-    Spec("table06_07_batch", "Tables 6-7", "Batch-size scaling",
-         "Each cell: speedup vs batched AR at the same B (the same batches) / E (unique experts per MoE layer over "
-         "the whole batched verify pass, all sequences), mean over the benchmarks present; models with more than one "
-         "B. EcoSpec (batch buffer): one expert buffer for the whole batch (beyond the paper).",
-         cells06, table06_07_batch, combine=True),
-    Spec("table08_rho", "Table 8", "Verification cost by batch size: ρ = T_AR / T_verify",
-         "Each cell: ρ (mean batched-AR step time / mean verify-pass time at the same B) / speedup vs batched AR; "
-         "Largest B: ρ at the row's largest batch size. On the `mix` instances (drawn with a fixed seed from the "
-         "benchmarks, as the paper's 100) where a model has them, else over the benchmarks present.",
-         cells08, table08_rho, combine=True),
-    Spec("table09_predictor", "Table 9", "EcoSpec by predictor checkpoint (ordered by accuracy)",
-         "Top-k routing accuracy of the checkpoint, then per benchmark: speedup / α / E; models with more than one "
-         "checkpoint.", cells09, table09_predictor, combine=True),
-    Spec("table10_oracle", "Table 10", "Oracle expert sets vs the learned predictor",
-         "Each cell: α / T_verify (s) / E under EcoSpec's selection rule; the oracle's router look-ups are not "
-         "timed; on the benchmarks that have an oracle record." + RATIO_NOTE, cells10, table10_oracle, combine=True),
-    Spec("table11_12_gamma", "Tables 11-12", "Verification budget γ",
-         "Each cell: speedup [95 % interval] / α / E; Avg = mean over the benchmarks every row of its model and T has "
-         "(Benchmarks); models with more than one γ." + RATIO_NOTE, cells11, table11_12_gamma, combine=True),
-]  # fmt: skip
+    Spec(
+        "table01_main",
+        "Table 1",
+        "Main results: speedup / α / E per model, benchmark and temperature",
+        "Each cell: speedup vs AR [95 % interval] / α (tokens per step) / E (unique experts per MoE layer per verify "
+        "pass); Avg = mean over the benchmarks every row of its model and T has (Benchmarks); baseline = the model's "
+        "own drafter with confidence selection." + RATIO_NOTE,
+        cells01,
+        table01_main,
+        combine=True,
+    ),
+    Spec(
+        "table02_hbm",
+        "Table 2",
+        "Estimated HBM bytes read per verify pass",
+        "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, `analysis.cost.verify_hbm_bytes`), "
+        "T=0, mean over the benchmarks named (the same for every row of a model). GPT-OSS: the paper counts every "
+        "weight at 4 bits, we count the "
+        "checkpoint's formats (bf16 attention and lm_head; see analysis/cost.py).",
+        cells02,
+        table02_hbm,
+        timed=False,
+    ),
+    Spec(
+        "table03_latency",
+        "Table 3",
+        "Latency breakdown per SD step",
+        "Seconds per step (AR: per token) of predictor, drafting, verification and the whole step, E, α and "
+        "speedup vs AR; T=0, mean over the benchmarks named (the same for every row of a model). The cost regime: "
+        "T_draft / T_AR (AR's time per "
+        "token) and T_pred / T_verify (the paper: one-layer head vs 94 target layers; predictor ~0.5 %).",
+        cells03,
+        table03_latency,
+    ),
+    Spec(
+        "table04_ablation",
+        "Table 4",
+        "Ablation: static global cost vs EcoSpec's marginal cost",
+        "Each cell: speedup [95 % interval] / α / E, on the benchmarks that have a global-cost record." + RATIO_NOTE,
+        cells04,
+        table04_ablation,
+        combine=True,
+    ),
+    Spec(
+        "table05_drafters",
+        "Table 5",
+        "GTO-trained heads alone and with EcoSpec",
+        "Each cell: speedup / α; GTO = the model's EAGLE-3 head trained further with Group Tree Optimization "
+        "(drafters/gto_train.py), with confidence selection and with EcoSpec, beside the model's own EAGLE-3 and "
+        "EcoSpec on the same benchmarks.",
+        cells05,
+        table05_drafters,
+        combine=True,
+    ),
+    Spec(
+        "table06_07_batch",
+        "Tables 6-7",
+        "Batch-size scaling",
+        "Each cell: speedup vs batched AR at the same B (the same batches) / E (unique experts per MoE layer over "
+        "the whole batched verify pass, all sequences), mean over the benchmarks present; models with more than one "
+        "B. EcoSpec (batch buffer): one expert buffer for the whole batch (beyond the paper).",
+        cells06,
+        table06_07_batch,
+        combine=True,
+    ),
+    Spec(
+        "table08_rho",
+        "Table 8",
+        "Verification cost by batch size: ρ = T_AR / T_verify",
+        "Each cell: ρ (mean batched-AR step time / mean verify-pass time at the same B) / speedup vs batched AR; "
+        "Largest B: ρ at the row's largest batch size. On the `mix` instances (drawn with a fixed seed from the "
+        "benchmarks, as the paper's 100) where a model has them, else over the benchmarks present.",
+        cells08,
+        table08_rho,
+        combine=True,
+    ),
+    Spec(
+        "table09_predictor",
+        "Table 9",
+        "EcoSpec by predictor checkpoint (ordered by accuracy)",
+        "Top-k routing accuracy of the checkpoint, then per benchmark: speedup / α / E; models with more than one "
+        "checkpoint.",
+        cells09,
+        table09_predictor,
+        combine=True,
+    ),
+    Spec(
+        "table10_oracle",
+        "Table 10",
+        "Oracle expert sets vs the learned predictor",
+        "Each cell: α / T_verify (s) / E under EcoSpec's selection rule; the oracle's router look-ups are not "
+        "timed; on the benchmarks that have an oracle record." + RATIO_NOTE,
+        cells10,
+        table10_oracle,
+        combine=True,
+    ),
+    Spec(
+        "table11_12_gamma",
+        "Tables 11-12",
+        "Verification budget γ",
+        "Each cell: speedup [95 % interval] / α / E; Avg = mean over the benchmarks every row of its model and T has "
+        "(Benchmarks); models with more than one γ." + RATIO_NOTE,
+        cells11,
+        table11_12_gamma,
+        combine=True,
+    ),
+]
 
 
 def sweeps(used: pd.DataFrame) -> str:
@@ -898,8 +1029,9 @@ def build_tables(
             missing.append(s.label)
             continue
         paper = " paper rows: the EcoSpec paper's Table 3 (complete)." if s.name == "table03_latency" else ""
-        tables.append(Table(s.name, s.label, s.title, _note(s.note, s.label, used, out, s.timed, paper), out,
-                            s.combine, used))  # fmt: skip
+        tables.append(
+            Table(s.name, s.label, s.title, _note(s.note, s.label, used, out, s.timed, paper), out, s.combine, used)
+        )
     costs = dict(costs or {})
     if costs:
         used = cells13(frame)
@@ -937,8 +1069,17 @@ def build_tables(
             "first_divergence = mean first differing position (a prompt that never diverges counts its length); "
             "T > 0, the mean per-token log-likelihood of the committed tokens under the uncapped target beside AR's."
         )
-        tables.append(Table("moespec", "MoE-Spec", "Speedup against quality: EcoSpec and MoE-Spec's expert budget",
-                            _note(note, "MoE-Spec", used, out, timed=True), out, False, used))  # fmt: skip
+        tables.append(
+            Table(
+                "moespec",
+                "MoE-Spec",
+                "Speedup against quality: EcoSpec and MoE-Spec's expert budget",
+                _note(note, "MoE-Spec", used, out, timed=True),
+                out,
+                False,
+                used,
+            )
+        )
     else:
         missing.append("MoE-Spec")
     return tables, missing
@@ -949,16 +1090,22 @@ def gammas_of(used: pd.DataFrame) -> str:
 
 
 def modeled_note(
-    gammas: str, records: int, sweeps_text: str, overheads: Mapping[tuple[str, str], tuple[float, int]],
+    gammas: str,
+    records: int,
+    sweeps_text: str,
+    overheads: Mapping[tuple[str, str], tuple[float, int]],
     profiles: Mapping = None,
-) -> str:  # fmt: skip
+) -> str:
     parts = []
     for hw in HARDWARE.values():
         bench = {m: p for (m, h), p in (profiles or {}).items() if h == hw.name}  # replaces bandwidth and overhead
         fitted = {m: v for (m, h), v in overheads.items() if h == hw.name and v[0] is not None and m not in bench}
         if fitted or bench:
-            each = [f"{model_label(m)} {p.overhead_s * 1e3:.2f} ms at {p.hbm_bytes_per_s / 1e12:.2f} TB/s effective, "
-                    f"{p.source} scaled to full depth" for m, p in bench.items()]  # fmt: skip
+            each = [
+                f"{model_label(m)} {p.overhead_s * 1e3:.2f} ms at {p.hbm_bytes_per_s / 1e12:.2f} TB/s effective, "
+                f"{p.source} scaled to full depth"
+                for m, p in bench.items()
+            ]
             each += [f"{model_label(m)} {o * 1e3:.2f} ms ({n} records)" for m, (o, n) in fitted.items()]
             parts.append(f"{hw.name}: fitted from records measured on it: {', '.join(each)}")
         else:

@@ -30,10 +30,18 @@ from ecospec.report.tables import Table, model_label, sweeps
 FILE_NAME = re.compile(r"fig_vllm_tpot_speedup_.+\.(png|pdf)")
 TABLE_NAMES = ["vllm_e2e", "vllm_curve"]
 # the overlap paper's finding per model config (its Figures 1, 6): the shape, never values
-PAPER_SHAPE = {"mixtral": "concave", "qwen3_30b": "peaks at or near B = 1", "qwen3": "peaks at or near B = 1",
-               "gptoss": "peaks at or near B = 1"}  # fmt: skip
-PAPER_METHOD = {"mixtral": "EAGLE (yuhuili/EAGLE-mixtral-instruct-8x7B)", "qwen3_30b": "EAGLE-3", "qwen3": "EAGLE-3",
-                "gptoss": "EAGLE-3"}  # fmt: skip
+PAPER_SHAPE = {
+    "mixtral": "concave",
+    "qwen3_30b": "peaks at or near B = 1",
+    "qwen3": "peaks at or near B = 1",
+    "gptoss": "peaks at or near B = 1",
+}
+PAPER_METHOD = {
+    "mixtral": "EAGLE (yuhuili/EAGLE-mixtral-instruct-8x7B)",
+    "qwen3_30b": "EAGLE-3",
+    "qwen3": "EAGLE-3",
+    "gptoss": "EAGLE-3",
+}
 KEYS = ["model", "method", "dataset", "temperature", "gamma"]
 
 
@@ -45,12 +53,25 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
-    rows = [{
-        "Model": model_label(r.model), "Method": r.method, "Dataset": r.dataset, "T": r.temperature, "gamma": r.gamma,
-        "B": r.batch_size, "TP": r.backend_tp, "Setting": r.hardware, "Quantization": r.quantization or "none",
-        "AR TPOT ms": 1e3 * r.ar_tpot_s, "TPOT ms": 1e3 * r.tpot_s, "TPOT speedup": r.speedup, "alpha": r.alpha,
-        "Requests": r.requests,
-    } for r in df.sort_values([*KEYS, "batch_size"]).itertuples()]  # fmt: skip
+    rows = [
+        {
+            "Model": model_label(r.model),
+            "Method": r.method,
+            "Dataset": r.dataset,
+            "T": r.temperature,
+            "gamma": r.gamma,
+            "B": r.batch_size,
+            "TP": r.backend_tp,
+            "Setting": r.hardware,
+            "Quantization": r.quantization or "none",
+            "AR TPOT ms": 1e3 * r.ar_tpot_s,
+            "TPOT ms": 1e3 * r.tpot_s,
+            "TPOT speedup": r.speedup,
+            "alpha": r.alpha,
+            "Requests": r.requests,
+        }
+        for r in df.sort_values([*KEYS, "batch_size"]).itertuples()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -71,19 +92,37 @@ def curve_table(df: pd.DataFrame, hf: pd.DataFrame, costs: Mapping) -> pd.DataFr
         b1 = g[g["batch_size"] == 1]
         measured = float(b1["speedup"].iloc[0] / b1["alpha"].iloc[0]) if len(b1) else np.nan
         predicted = np.nan
-        ours = hf[(hf["model"] == model) & (hf["dataset"] == dataset) & (hf["gamma"] == gamma) &
-                  (hf["batch_size"] == 1) & (hf["method"] == method) & (hf["status"] == "ok")]  # fmt: skip
+        ours = hf[
+            (hf["model"] == model)
+            & (hf["dataset"] == dataset)
+            & (hf["gamma"] == gamma)
+            & (hf["batch_size"] == 1)
+            & (hf["method"] == method)
+            & (hf["status"] == "ok")
+        ]
         cost = costs.get(model)
         if cost is not None and len(ours) and np.isfinite(ours["E"].iloc[-1]):
-            predicted = target_efficiency(cost.expert_bytes, cost.dense_bytes / cost.moe_layers, cost.top_k,
-                                          float(ours["E"].iloc[-1]))  # fmt: skip
-        rows.append({
-            "Model": model_label(model), "Method": method, "Dataset": dataset, "T": temperature, "gamma": gamma,
-            "Batch sizes": ", ".join(str(b) for b in g["batch_size"]), "Peak B": peak, "Shape": shape,
-            "B=1 speedup": g["speedup"].iloc[0], "Peak speedup": g["speedup"].max(),
-            "Paper's shape": PAPER_SHAPE.get(model, "—"), "Paper's method": PAPER_METHOD.get(model, "—"),
-            "Measured te": measured, "Predicted te": predicted,
-        })  # fmt: skip
+            predicted = target_efficiency(
+                cost.expert_bytes, cost.dense_bytes / cost.moe_layers, cost.top_k, float(ours["E"].iloc[-1])
+            )
+        rows.append(
+            {
+                "Model": model_label(model),
+                "Method": method,
+                "Dataset": dataset,
+                "T": temperature,
+                "gamma": gamma,
+                "Batch sizes": ", ".join(str(b) for b in g["batch_size"]),
+                "Peak B": peak,
+                "Shape": shape,
+                "B=1 speedup": g["speedup"].iloc[0],
+                "Peak speedup": g["speedup"].max(),
+                "Paper's shape": PAPER_SHAPE.get(model, "—"),
+                "Paper's method": PAPER_METHOD.get(model, "—"),
+                "Measured te": measured,
+                "Predicted te": predicted,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -112,18 +151,34 @@ def build_vllm(frame: pd.DataFrame, costs: Mapping, figures_dir: Path) -> tuple[
         remove_stale(figures_dir, [], FILE_NAME)
         return [], ["vLLM end-to-end (TPOT speedup vs batch size)"], []
     hf = frame[(frame["backend"] != "vllm") & (frame["engine"] == "eager")]  # the HF engine as the paper ran it
-    note = (f"vLLM's server and load generator (`vllm bench serve`); TPOT = time per output token after the first, "
-            f"mean over requests and rounds; speedup = AR TPOT / SD TPOT at the same concurrency B; α = vLLM's "
-            f"acceptance length (bonus token counted). From {len(df)} records (sweeps: {sweeps(df)}).")  # fmt: skip
+    note = (
+        f"vLLM's server and load generator (`vllm bench serve`); TPOT = time per output token after the first, "
+        f"mean over requests and rounds; speedup = AR TPOT / SD TPOT at the same concurrency B; α = vLLM's "
+        f"acceptance length (bonus token counted). From {len(df)} records (sweeps: {sweeps(df)})."
+    )
     curve = curve_table(df, hf, costs)
     tables = [
-        Table("vllm_e2e", "vLLM end-to-end", "TPOT speedup of SD over AR against batch size, in vLLM", note,
-              e2e_table(df), False, df),
-        Table("vllm_curve", "vLLM curve shapes", "Shape of each TPOT-speedup curve beside the overlap paper's finding",
-              note + " Measured TE = B=1 speedup / α (drafting included); predicted TE = (C_dense + k C_expert) / "
-              "(C_dense + E C_expert) with our engine's E on the same model, dataset, γ and B = 1 (— where it has "
-              "not run). The paper's shapes are qualitative (its Figures 1, 6).", curve, False, df),
-    ]  # fmt: skip
+        Table(
+            "vllm_e2e",
+            "vLLM end-to-end",
+            "TPOT speedup of SD over AR against batch size, in vLLM",
+            note,
+            e2e_table(df),
+            False,
+            df,
+        ),
+        Table(
+            "vllm_curve",
+            "vLLM curve shapes",
+            "Shape of each TPOT-speedup curve beside the overlap paper's finding",
+            note + " Measured TE = B=1 speedup / α (drafting included); predicted TE = (C_dense + k C_expert) / "
+            "(C_dense + E C_expert) with our engine's E on the same model, dataset, γ and B = 1 (— where it has "
+            "not run). The paper's shapes are qualitative (its Figures 1, 6).",
+            curve,
+            False,
+            df,
+        ),
+    ]
     infos = []
     for model in sorted(df["model"].unique()):
         name = f"fig_vllm_tpot_speedup_{_slug(model)}"

@@ -96,10 +96,28 @@ HEADERS = {
     "loglik_per_token": "log p / token",
     "ar_loglik_per_token": "AR log p / token",
 }
-LATEX = {"`": "", "α": r"$\alpha$", "γ": r"$\gamma$", "ρ": r"$\rho$", "×": r"$\times$", "—": "---", "≥": r"$\geq$",
-         "Δ": r"$\Delta$"}  # fmt: skip
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+LATEX = {
+    "`": "",
+    "α": r"$\alpha$",
+    "γ": r"$\gamma$",
+    "ρ": r"$\rho$",
+    "×": r"$\times$",
+    "—": "---",
+    "≥": r"$\geq$",
+    "Δ": r"$\Delta$",
+}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def _metric(column: str) -> str:
@@ -263,9 +281,14 @@ def write_index(
         lines.append("None.")
     others = _other_outputs(out_dir, {f"{t.name}.md" for t in tables} | {"README.md"})
     if others:
-        lines += ["", "## Other outputs in this directory", "",
-                  "Written by the benchmark scripts (`benchmarks/`), not from the records; each says how it was made.",
-                  "", *others]  # fmt: skip
+        lines += [
+            "",
+            "## Other outputs in this directory",
+            "",
+            "Written by the benchmark scripts (`benchmarks/`), not from the records; each says how it was made.",
+            "",
+            *others,
+        ]
     if skipped:
         lines += ["", "## Skipped files", "", *[f"- `{p}`" for p in skipped]]
     path = out_dir / "README.md"

@@ -32,19 +32,29 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "build":
         if not args.force and source(args.budget) == "release":
-            print(f"the release is in use ({ENV_SOURCE} unset or 'release'): nothing to build. --force retrains "
-                  f"it into the cache and compares; {ENV_SOURCE}=cache uses a cache build")  # fmt: skip
+            print(
+                f"the release is in use ({ENV_SOURCE} unset or 'release'): nothing to build. --force retrains "
+                f"it into the cache and compares; {ENV_SOURCE}=cache uses a cache build"
+            )
             return 0
-        build(args.budget, force=args.force, progress=not args.quiet, until=args.until, threads=args.threads,
-              strict=args.strict)  # fmt: skip
+        build(
+            args.budget,
+            force=args.force,
+            progress=not args.quiet,
+            until=args.until,
+            threads=args.threads,
+            strict=args.strict,
+        )
         return 0
     if args.command == "release":
         from ecospec.tiny.release import RELEASE_DIR, make_release
 
         src = args.src or root_dir("full")
         m = make_release(src, get_budget("full"), threads=args.threads)
-        print(f"released {src} as {RELEASE_DIR}: identity {m['identity']}, {len(m['files'])} files, "
-              f"{m['bytes'] / 1e6:.1f} MB")  # fmt: skip
+        print(
+            f"released {src} as {RELEASE_DIR}: identity {m['identity']}, {len(m['files'])} files, "
+            f"{m['bytes'] / 1e6:.1f} MB"
+        )
         return 0
     st = status(args.budget)
     if args.json:
@@ -56,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         m = read_manifest()
         by = m["built_by"]
         print(f"ecospec tiny: the release is in use ({ENV_SOURCE}=cache for a cache build): {st['root']}")
-        print(f"  identity {m['identity']}, {len(m['files'])} files, {m['bytes'] / 1e6:.1f} MB, every sha256 checked; "
-              f"built on {by['processor']}, {by['threads']} threads, Python {by.get('python')}")  # fmt: skip
+        print(
+            f"  identity {m['identity']}, {len(m['files'])} files, {m['bytes'] / 1e6:.1f} MB, every sha256 checked; "
+            f"built on {by['processor']}, {by['threads']} threads, Python {by.get('python')}"
+        )
         cache = root_dir(args.budget)
         print(f"  a cache build {'exists' if (cache / 'target' / 'done.json').exists() else 'does not exist'}: {cache}")
     else:

@@ -142,7 +142,7 @@ BUDGETS: dict[str, Budget] = {
             steps=10,
             window=64,
             thresholds=(),
-        ),  # fmt: skip
+        ),
         evaluate=EvalRecipe(prompts=2, max_new_tokens=8),
         gto=GtoRecipe(steps=3, seq_len=32, groups=2, group_size=4, train_windows=20, prompt_len=16),
     ),
@@ -584,8 +584,12 @@ def _release_summary(b: Budget) -> dict:
     summary, where, done = _released(b)
     for name, d in done.items():
         if d is not None:
-            summary["stages"][name] = {"status": "released", "seconds": d["seconds"], "dir": str(where[name]),
-                                       "metrics": d["metrics"]}  # fmt: skip
+            summary["stages"][name] = {
+                "status": "released",
+                "seconds": d["seconds"],
+                "dir": str(where[name]),
+                "metrics": d["metrics"],
+            }
     summary["build_seconds"] = sum(s["seconds"] for s in summary["stages"].values())
     summary["seconds"] = 0.0  # this call trained nothing
     return summary
@@ -602,9 +606,13 @@ def compare_with_release(summary: dict) -> str:
     if manifest is None:
         return "no release to compare with"
     mine = figures({n: s["metrics"] for n, s in summary["stages"].items()})
-    return "\n".join([f"this build against the release ({manifest['built_by']['processor']}, "
-                      f"{manifest['built_by']['threads']} threads, Python {manifest['built_by'].get('python')}):",
-                      *compare(mine, manifest["figures"])])  # fmt: skip
+    return "\n".join(
+        [
+            f"this build against the release ({manifest['built_by']['processor']}, "
+            f"{manifest['built_by']['threads']} threads, Python {manifest['built_by'].get('python')}):",
+            *compare(mine, manifest["figures"]),
+        ]
+    )
 
 
 def format_summary(summary: dict) -> str:
@@ -629,8 +637,10 @@ def status(budget: str | Budget = "full") -> dict:
         out, _, done = _released(b)
         for stage in STAGES:
             if not stage.optional and stage.name != "traces":  # the release ships no traces
-                out["stages"][stage.name] = {"status": "done" if done[stage.name] else "missing",
-                                             **(done[stage.name] or {})}  # fmt: skip
+                out["stages"][stage.name] = {
+                    "status": "done" if done[stage.name] else "missing",
+                    **(done[stage.name] or {}),
+                }
         return out
     keys = _stage_keys(b)
     root = root_dir(b)

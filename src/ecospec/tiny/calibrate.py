@@ -66,11 +66,18 @@ def calibrate_stage(ctx) -> dict:
     t = fit_temperatures(samples)
     before, after = reliability(samples, 1.0), reliability(samples, t)
     metrics = {
-        "recipe": asdict(r), "temperature": list(t), "prompts": len(prompts),
+        "recipe": asdict(r),
+        "temperature": list(t),
+        "prompts": len(prompts),
         "samples": int((samples.labels >= 0).sum()),
-        "nll_before": nll(samples, 1.0), "nll_after": nll(samples, t), "ece_before": before.ece, "ece_after": after.ece,
-        "confidence_before": before.confidence, "confidence_after": after.confidence, "acceptance": before.accuracy,
-    }  # fmt: skip
+        "nll_before": nll(samples, 1.0),
+        "nll_after": nll(samples, t),
+        "ece_before": before.ece,
+        "ece_after": after.ece,
+        "confidence_before": before.confidence,
+        "confidence_after": after.confidence,
+        "acceptance": before.accuracy,
+    }
     (ctx.out / FILE).write_text(json.dumps(metrics, indent=1))
     return metrics
 

@@ -65,9 +65,18 @@ def drafter_stage(ctx) -> dict:
     ctx.log(f"training the EAGLE-3 head: {r.steps} steps x {r.batch_size} x {r.seq_len} tokens, TTT {r.ttt_steps}")
     config = default_head_config(target, intermediate_size=r.intermediate_size)
     head = train_eagle3(
-        target, train, config, steps=r.steps, lr=r.lr, batch_size=r.batch_size, seq_len=r.seq_len,
-        ttt_steps=r.ttt_steps, seed=r.seed, progress=progress, eval_sequences=val,
-    )  # fmt: skip
+        target,
+        train,
+        config,
+        steps=r.steps,
+        lr=r.lr,
+        batch_size=r.batch_size,
+        seq_len=r.seq_len,
+        ttt_steps=r.ttt_steps,
+        seed=r.seed,
+        progress=progress,
+        eval_sequences=val,
+    )
     bar.close()
     save_eagle3(head, ctx.out / "head", layout="speculators")  # vLLM's own format
     log = head.train_log

@@ -62,10 +62,12 @@ def heldout_ids(tokenizer, datasets, n: int) -> dict[str, list[torch.Tensor]]:
     from ecospec.data import encode_turn, load_prompts
 
     return {
-        name: [torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)])
-               for p in load_prompts(name, n, None, split="heldout")]
+        name: [
+            torch.tensor([encode_turn(tokenizer, p.turns, [], p.completion, False)])
+            for p in load_prompts(name, n, None, split="heldout")
+        ]
         for name in datasets
-    }  # fmt: skip
+    }
 
 
 def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
@@ -84,9 +86,17 @@ def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
         for name, selector, kind in METHODS:
             pred = {"learned": predictor, "oracle": "oracle", None: None}[kind]
             t0 = time.perf_counter()
-            res = ecospec.generate(target, ids, drafter=None if name == "ar" else drafter, selector=selector,
-                                   predictor=pred, gamma=r.gamma, depth=r.depth, topk=r.topk,
-                                   max_new_tokens=r.max_new_tokens)  # fmt: skip
+            res = ecospec.generate(
+                target,
+                ids,
+                drafter=None if name == "ar" else drafter,
+                selector=selector,
+                predictor=pred,
+                gamma=r.gamma,
+                depth=r.depth,
+                topk=r.topk,
+                max_new_tokens=r.max_new_tokens,
+            )
             seconds[name] += time.perf_counter() - t0 - (sum(s.t_pred for s in res.steps) if kind == "oracle" else 0)
             outs[name].append(res.tokens)
             steps[name].extend(res.steps)
@@ -108,8 +118,12 @@ def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
     for name in results:
         results[name]["speedup"] = results[name]["tokens_per_s"] / results["ar"]["tokens_per_s"]
     loops = [x for x in (in_loop(list(t)) for t in outs["ar"]) if x is not None]
-    return {"recipe": asdict(r), "methods": results, "top_k": predictor.config.top_k,
-            "loop_share": sum(loops) / len(loops) if loops else None}  # fmt: skip
+    return {
+        "recipe": asdict(r),
+        "methods": results,
+        "top_k": predictor.config.top_k,
+        "loop_share": sum(loops) / len(loops) if loops else None,
+    }
 
 
 def evaluate_stage(ctx) -> dict:
@@ -124,8 +138,10 @@ def evaluate_stage(ctx) -> dict:
 
 def evaluate_summary(m: dict) -> list[str]:
     r = m["recipe"]
-    lines = [f"HumanEval, {r['prompts']} prompts x {r['max_new_tokens']} tokens, depth {r['depth']}, "
-             f"top-{r['topk']}, gamma {r['gamma']}, greedy (CPU wall clock, not GPU numbers):"]  # fmt: skip
+    lines = [
+        f"HumanEval, {r['prompts']} prompts x {r['max_new_tokens']} tokens, depth {r['depth']}, "
+        f"top-{r['topk']}, gamma {r['gamma']}, greedy (CPU wall clock, not GPU numbers):"
+    ]
     ar_ms = m["methods"]["ar"]["t_step_ms"]
     for name, x in m["methods"].items():
         lines.append(

@@ -60,8 +60,10 @@ def gto_stage(ctx) -> dict:
     target = ctx.target(experts_implementation=NAME)  # batched forwards: the sorted kernel, same routing
     head = load_eagle3(ctx.dirs["drafter"] / "head", target.config)
     if r.data == "generated":
-        ctx.log(f"generating {r.train_windows} training texts: {r.prompt_len}-token train-split prompts + the "
-                f"target's greedy {r.seq_len - r.prompt_len} tokens")  # fmt: skip
+        ctx.log(
+            f"generating {r.train_windows} training texts: {r.prompt_len}-token train-split prompts + the "
+            f"target's greedy {r.seq_len - r.prompt_len} tokens"
+        )
         train = generated_windows(target, ctx.tokens("train"), r)
     else:
         train = stream_windows(ctx.tokens("train"), r.seq_len, r.train_windows, r.seed)
@@ -75,14 +77,30 @@ def gto_stage(ctx) -> dict:
         depth=r.depth, topk=r.topk, groups=r.groups, group_size=r.group_size, gto_weight=r.gto_weight
     )
     ctx.log(f"GTO: {r.steps} steps x {r.batch_size} x {r.seq_len} tokens, {r.groups} x {r.group_size} trees/window")
-    head, log = train_gto(head, target, train, steps=r.steps, lr=r.lr, batch_size=r.batch_size, seq_len=r.seq_len,
-                          settings=settings, warmup_steps=r.warmup_steps, seed=r.seed, progress=progress)  # fmt: skip
+    head, log = train_gto(
+        head,
+        target,
+        train,
+        steps=r.steps,
+        lr=r.lr,
+        batch_size=r.batch_size,
+        seq_len=r.seq_len,
+        settings=settings,
+        warmup_steps=r.warmup_steps,
+        seed=r.seed,
+        progress=progress,
+    )
     bar.close()
     save_eagle3(head, ctx.out / "head", layout="speculators")  # vLLM's own format
     tail = lambda xs: sum(xs[-20:]) / max(len(xs[-20:]), 1)  # noqa: E731
-    return {"recipe": asdict(r), "reward_gain_first": tail(log.reward_gain[:20]),
-            "reward_gain_last": tail(log.reward_gain), "accepted_first": tail(log.accepted[:20]),
-            "accepted_last": tail(log.accepted), "loss_last": tail(log.loss)}  # fmt: skip
+    return {
+        "recipe": asdict(r),
+        "reward_gain_first": tail(log.reward_gain[:20]),
+        "reward_gain_last": tail(log.reward_gain),
+        "accepted_first": tail(log.accepted[:20]),
+        "accepted_last": tail(log.accepted),
+        "loss_last": tail(log.loss),
+    }
 
 
 @torch.no_grad()
@@ -96,8 +114,14 @@ def generated_windows(target, stream, r: GtoRecipe) -> list[torch.Tensor]:
     for i in range(0, len(prompts), r.gen_batch):
         ids = torch.stack(prompts[i : i + r.gen_batch]).to(target.device)
         new = r.seq_len - r.prompt_len
-        seqs = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                               do_sample=False, pad_token_id=PAD_ID)  # fmt: skip
+        seqs = target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=PAD_ID,
+        )
         out.extend(seqs.cpu())
     return out
 

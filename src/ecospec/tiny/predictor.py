@@ -68,17 +68,30 @@ def predictor_stage(ctx) -> dict:
     r = ctx.budget.predictor
     target = ctx.target()
     backbone = Qwen3Config(
-        vocab_size=8, hidden_size=r.hidden_size, intermediate_size=r.intermediate_size, num_hidden_layers=r.num_layers,
-        num_attention_heads=r.num_heads, num_key_value_heads=r.num_kv_heads, head_dim=r.head_dim,
+        vocab_size=8,
+        hidden_size=r.hidden_size,
+        intermediate_size=r.intermediate_size,
+        num_hidden_layers=r.num_layers,
+        num_attention_heads=r.num_heads,
+        num_key_value_heads=r.num_kv_heads,
+        head_dim=r.head_dim,
         max_position_embeddings=4096,
-    )  # fmt: skip
+    )
     torch.manual_seed(r.seed)
     predictor = ExpertPredictor.from_target(target, backbone)
     ctx.log(f"training the expert predictor: {r.steps} steps x {r.batch_size} windows of {r.window} tokens")
     summary = train_predictor(
-        predictor, ctx.dirs["traces"], steps=r.steps, lr=r.lr, batch_size=r.batch_size, window=r.window,
-        out_dir=ctx.out, checkpoint_at_accuracy=dict(r.thresholds), eval_every=max(1, r.steps // 50), seed=r.seed,
-    )  # fmt: skip
+        predictor,
+        ctx.dirs["traces"],
+        steps=r.steps,
+        lr=r.lr,
+        batch_size=r.batch_size,
+        window=r.window,
+        out_dir=ctx.out,
+        checkpoint_at_accuracy=dict(r.thresholds),
+        eval_every=max(1, r.steps // 50),
+        seed=r.seed,
+    )
     return {
         "recipe": asdict(r),
         "accuracy": summary.final_accuracy,

@@ -94,8 +94,10 @@ def _verified(where: str, expected: str) -> dict:
                 f"embedded default release: {rel} is missing (listed in {MANIFEST}); restore it from git"
             )
         if sha256_file(path) != sha:
-            raise ReleaseError(f"embedded default release: {rel} does not match its sha256 in {MANIFEST}; restore it "
-                               f"from git or run `{REBUILD}`")  # fmt: skip
+            raise ReleaseError(
+                f"embedded default release: {rel} does not match its sha256 in {MANIFEST}; restore it "
+                f"from git or run `{REBUILD}`"
+            )
     return m
 
 

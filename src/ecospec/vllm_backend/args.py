@@ -41,12 +41,24 @@ def kv_cache_bytes(config: dict, max_model_len: int, batch_size: int, dtype: str
     return max(64 * MiB, 2 * per_token * max_model_len * max(batch_size, 1))
 
 
-def server_args(s: dict, method: str, gamma: int, draft: str | None, seed: int, cpu: bool,
-                kv_bytes: int | None = None) -> list[str]:  # fmt: skip
+def server_args(
+    s: dict, method: str, gamma: int, draft: str | None, seed: int, cpu: bool, kv_bytes: int | None = None
+) -> list[str]:
     """`vllm serve` arguments (after the model) from the backend settings `s` (conf/backend/vllm.yaml); on a CPU the
     KV cache is `backend.cpu_kv_cache_mib` where set, else `kv_bytes` (`kv_cache_bytes` of the cell), else 256 MiB."""
-    args = ["--served-model-name", s["served_name"], "--dtype", s["dtype"], "--tensor-parallel-size", str(s["tp"]),
-            "--max-model-len", str(s["max_model_len"]), "--seed", str(seed), "--no-enable-prefix-caching"]  # fmt: skip
+    args = [
+        "--served-model-name",
+        s["served_name"],
+        "--dtype",
+        s["dtype"],
+        "--tensor-parallel-size",
+        str(s["tp"]),
+        "--max-model-len",
+        str(s["max_model_len"]),
+        "--seed",
+        str(seed),
+        "--no-enable-prefix-caching",
+    ]
     if s.get("enforce_eager"):
         args.append("--enforce-eager")
     if cpu:  # a fixed KV cache: a share of the node's memory leaves nothing on a small NUMA node once weights load

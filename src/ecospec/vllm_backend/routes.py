@@ -25,21 +25,32 @@ def decode_routes(b64: str) -> np.ndarray:
     return routes.astype(np.int64)
 
 
-def completion_routes(server: Server, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0,
-                    seed: int = 0) -> tuple[list[int], np.ndarray]:  # fmt: skip
+def completion_routes(
+    server: Server, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0, seed: int = 0
+) -> tuple[list[int], np.ndarray]:
     """(generated token ids, routes [tokens, MoE layers, k] from the last prompt token on) of one completion."""
-    body = {"model": server.model_name, "prompt": list(prompt_ids), "max_tokens": max_tokens,
-            "temperature": temperature, "seed": seed, "ignore_eos": True, "return_token_ids": True,
-            "routed_experts_prompt_start": max(len(prompt_ids) - 1, 0)}  # fmt: skip
+    body = {
+        "model": server.model_name,
+        "prompt": list(prompt_ids),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "routed_experts_prompt_start": max(len(prompt_ids) - 1, 0),
+    }
     choice = server.post("/v1/completions", body)["choices"][0]
     if not choice.get("routed_experts"):
-        raise ValueError(f"the server at {server.url} returned no routed experts (started without "
-                         f"--enable-return-routed-experts, or the model has no routed MoE layers)")  # fmt: skip
+        raise ValueError(
+            f"the server at {server.url} returned no routed experts (started without "
+            f"--enable-return-routed-experts, or the model has no routed MoE layers)"
+        )
     return list(choice["token_ids"]), decode_routes(choice["routed_experts"])
 
 
-def record_routes(server: Server, prompts: list[tuple[str, list[int]]], max_tokens: int, temperature: float,
-                  seed: int) -> list[dict]:  # fmt: skip
+def record_routes(
+    server: Server, prompts: list[tuple[str, list[int]]], max_tokens: int, temperature: float, seed: int
+) -> list[dict]:
     """`record["routes"]` of a vLLM cell: one entry per prompt, {"prompt", "turn", "tokens", "routes"
     ([tokens][MoE layers][k])}, the committed sequence of its first turn."""
     out = []

@@ -50,9 +50,19 @@ class ServerError(RuntimeError):
 class Server:
     """`vllm serve <model> <args>` on a free local port (or `url`: a server someone else runs, left alone)."""
 
-    def __init__(self, cli: Path | str | None, model: str, args: list[str], log: Path, *, url: str | None = None,
-                 model_name: str | None = None, startup_timeout_s: float = 900, stop_timeout_s: float = 30,
-                 env: dict | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cli: Path | str | None,
+        model: str,
+        args: list[str],
+        log: Path,
+        *,
+        url: str | None = None,
+        model_name: str | None = None,
+        startup_timeout_s: float = 900,
+        stop_timeout_s: float = 30,
+        env: dict | None = None,
+    ):
         self.cli, self.model, self.args, self.log = cli, model, list(args), Path(log)
         self.model_name = model_name or model  # what requests name (--served-model-name)
         self.external = url is not None
@@ -75,9 +85,13 @@ class Server:
         t0 = time.perf_counter()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent, env={**os.environ, **(self.env or {})},
-            )  # fmt: skip
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+                env={**os.environ, **(self.env or {})},
+            )
         try:
             self.wait_healthy()
         except BaseException:
@@ -96,8 +110,10 @@ class Server:
             if self.proc is not None and self.proc.poll() is not None:
                 tail = self.tail()
                 if "on kv cache allocation is less than requested memory" in tail:
-                    raise ServerError("vllm serve: too little free host memory for its KV cache (the log: "
-                                      f"{self.log}); free memory or set backend.cpu_kv_cache_mib lower")  # fmt: skip
+                    raise ServerError(
+                        "vllm serve: too little free host memory for its KV cache (the log: "
+                        f"{self.log}); free memory or set backend.cpu_kv_cache_mib lower"
+                    )
                 raise ServerError(f"vllm serve exited with code {self.proc.returncode}: {tail}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
@@ -185,6 +201,12 @@ def stop_on_signals(*signals: int):
 def greedy_tokens(server: Server, prompt_ids: list[int], max_tokens: int) -> list[int]:
     """The server's greedy continuation of a prompt given as token ids (`/v1/completions`, eos ignored, token ids
     returned): for checking outputs against the HF engine's, not for timing (`vllm bench serve` times)."""
-    body = {"model": server.model_name, "prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+    body = {
+        "model": server.model_name,
+        "prompt": list(prompt_ids),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     return list(server.post("/v1/completions", body)["choices"][0]["token_ids"])
