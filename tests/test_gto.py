@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ecospec.drafters.eagle3 import Eagle3Drafter, Eagle3Head, init_random_weights
-from ecospec.drafters.eagle3_train import _target_pass, default_head_config, train_eagle3
+from ecospec.drafters.eagle3_train import default_head_config, target_pass, train_eagle3
 from ecospec.drafters.gto_train import (
     GtoSettings,
     _trees,
@@ -77,7 +77,7 @@ def setup():
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     head = init_random_weights(Eagle3Head(default_head_config(target, intermediate_size=64)), std=0.3).double()
     window = torch.randint(3, target.config.vocab_size, (24,), generator=torch.Generator().manual_seed(0))
-    feats, _ = _target_pass(target, window[None], head.config.aux_hidden_layers, head.dtype)
+    feats, _ = target_pass(target, window[None], head.config.aux_hidden_layers, head.dtype)
     return target, head, window, feats
 
 
@@ -127,7 +127,7 @@ def trained_setup():
 def test_gradients_reach_the_trained_head_through_branch_tokens_only(trained_setup):
     target, head, seqs, _ = trained_setup
     window = seqs[0][:32]
-    feats, _ = _target_pass(target, window[None], head.config.aux_hidden_layers, head.dtype)
+    feats, _ = target_pass(target, window[None], head.config.aux_hidden_layers, head.dtype)
     trained = copy.deepcopy(head)
     ref = copy.deepcopy(head)
     for p in ref.parameters():
@@ -160,7 +160,7 @@ def test_a_few_hundred_steps_raise_the_reward_against_the_reference(trained_setu
     def reward(h) -> float:
         out = []
         for w in held:
-            feats, _ = _target_pass(target, w[None], h.config.aux_hidden_layers, h.dtype)
+            feats, _ = target_pass(target, w[None], h.config.aux_hidden_layers, h.dtype)
             trees = _trees(h, target, w, feats, list(range(28)), s)
             probs, _ = target_tree_probs(target, w, trees, list(range(28)))
             out += [tree_reward([v for _, v in branch_values(t, p)]) for t, p in zip(trees, probs, strict=True)]

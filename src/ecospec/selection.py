@@ -12,18 +12,16 @@ become int bitmasks here, so union is `|`, difference `& ~` and size `int.bit_co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ecospec.methods import Candidates, method, names
+from ecospec.methods import method, names
+from ecospec.methods._candidates import ExpertSet, candidates, pick, structure, to_masks, trajectories
 
 
 def __getattr__(name: str):
     if name == "POLICIES":  # every registered method's name (looked up when asked: the methods import this module)
         return names()
     raise AttributeError(f"module 'ecospec.selection' has no attribute {name!r}")
-
-
-ExpertSet = int | Iterable[tuple[int, int]]
 
 
 def select(
@@ -45,29 +43,7 @@ def select(
     Ties go to larger P, then smaller depth, then smaller index.
     """
     spec = method(policy)
-    c = candidates(policy, parents, probs, experts, root_experts, eps)
-    if budget <= 0:
-        return []
-    return spec.rule(c, min(budget, len(parents)))
-
-
-def candidates(
-    policy: str,
-    parents: Sequence[int],
-    probs: Sequence[float],
-    experts: Sequence[ExpertSet] | None,
-    root_experts: ExpertSet | None = None,
-    eps: float = 1e-6,
-) -> Candidates:
-    """One draft tree as `policy`'s rule sees it (validated; expert trajectories as bitmasks when the policy reads
-    expert sets), for a method's session that decides more than `select` does."""
-    spec = method(policy)
-    depth, children, roots = _structure(spec, parents, probs, experts)
-    traj, buf = None, 0
-    if spec.predictor is not None:
-        masks, buf = _to_masks(experts, root_experts)
-        traj = _trajectories(masks, parents)
-    return Candidates(parents, probs, depth, roots, children, traj, buf, eps)
+    return pick(spec, candidates(spec, parents, probs, experts, root_experts, eps), budget)
 
 
 def select_batch(
@@ -108,9 +84,9 @@ def select_batch(
     bits: dict[tuple[int, int], int] = {}
     trees, frontier, buf = [], [], 0
     for par, pr, ex, root in zip(parents, probs, experts, roots_in, strict=True):
-        depth, children, first = _structure(spec, par, pr, ex)
-        masks, root_mask = _to_masks(ex, root, bits)
-        trees.append((depth, children, _trajectories(masks, par)))
+        depth, children, first = structure(spec, par, pr, ex)
+        masks, root_mask = to_masks(ex, root, bits)
+        trees.append((depth, children, trajectories(masks, par)))
         frontier.append(first)
         buf |= root_mask
     left = [max(0, min(b, len(par))) for b, par in zip(budgets, parents, strict=True)]
@@ -136,60 +112,3 @@ def select_batch(
         out[s].append(i)
         left[s] -= 1
     return [sorted(x) for x in out]
-
-
-def _structure(
-    spec, parents: Sequence[int], probs: Sequence[float], experts: Sequence[ExpertSet] | None
-) -> tuple[list[int], list[list[int]], list[int]]:
-    """Validate one tree's arrays; return each node's depth (first level = 1), its children, the first level."""
-    n = len(parents)
-    if len(probs) != n:
-        raise ValueError(f"len(probs) = {len(probs)} does not match len(parents) = {n}")
-    if experts is not None and len(experts) != n:
-        raise ValueError(f"len(experts) = {len(experts)} does not match len(parents) = {n}")
-    depth: list[int] = []
-    children: list[list[int]] = [[] for _ in range(n)]
-    roots: list[int] = []
-    for i, p in enumerate(parents):
-        if not -1 <= p < i:
-            raise ValueError(f"parents[{i}] = {p}: must be -1 (the root) or a smaller node index")
-        if p < 0:
-            roots.append(i)
-            depth.append(1)
-        else:
-            children[p].append(i)
-            depth.append(depth[p] + 1)
-    if spec.predictor is not None and (experts is None or any(e is None for e in experts)):
-        raise ValueError(f"policy {spec.name!r} needs an expert set for every node; got None")
-    return depth, children, roots
-
-
-def _trajectories(masks: list[int], parents: Sequence[int]) -> list[int]:
-    """E_traj(i): the union of the sets from the first-level ancestor down to i (parents precede children)."""
-    traj: list[int] = []
-    for m, p in zip(masks, parents, strict=True):
-        traj.append(m | traj[p] if p >= 0 else m)
-    return traj
-
-
-def _to_masks(
-    experts: Sequence[ExpertSet], root_experts: ExpertSet | None, bits: dict[tuple[int, int], int] | None = None
-) -> tuple[list[int], int]:
-    """Node and root expert sets as int bitmasks (pairs get bits in order of first appearance, in `bits` when
-    given, so several trees can share one numbering)."""
-    kinds = {isinstance(e, int) for e in experts}
-    if root_experts is not None:
-        kinds.add(isinstance(root_experts, int))
-    if len(kinds) > 1:
-        raise ValueError("expert sets mix int bitmasks and (layer, expert) pair iterables; use one kind")
-    if kinds != {False}:
-        return list(experts), root_experts or 0
-    bits = {} if bits is None else bits
-
-    def mask(pairs: Iterable[tuple[int, int]]) -> int:
-        m = 0
-        for layer, expert in pairs:
-            m |= 1 << bits.setdefault((layer, expert), len(bits))
-        return m
-
-    return [mask(e) for e in experts], (0 if root_experts is None else mask(root_experts))

@@ -114,7 +114,7 @@ class ModelCost:
         return self.dense_params + self.top_k * self.moe_layers * self.expert_params
 
 
-def _facts(model: Mapping) -> dict:
+def facts_of(model: Mapping) -> dict:
     """`facts` of a model config; a config without the key (e.g. an older record's) borrows conf/model's."""
     if "facts" in model:
         return model["facts"] or {}
@@ -122,7 +122,9 @@ def _facts(model: Mapping) -> dict:
     return (load_model_config(model["name"]).get("facts") or {}) if path.exists() else {}
 
 
-def _hf_config(model: Mapping, facts: Mapping):
+def hf_config(model: Mapping, facts: Mapping):
+    """The target's transformers config from a conf/model mapping and its `facts` (no weights, no download where
+    facts or the tiny recipe have it)."""
     from transformers import AutoConfig
 
     if facts.get("hf_config"):
@@ -179,8 +181,8 @@ def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCos
     """Counts and bytes of a target: `model` is a conf/model name or a model config mapping; `storage`
     ({experts, dense[, other]} formats) replaces the config's `facts.storage`."""
     model = load_model_config(model) if isinstance(model, str) else model
-    facts = _facts(model)
-    config = _hf_config(model, facts)
+    facts = facts_of(model)
+    config = hf_config(model, facts)
     store = _storage(model, facts, storage)
     from ecospec.models.adapters import config_moe_info  # torch + transformers: imported when first needed
 
@@ -324,7 +326,7 @@ def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
     k routed experts), eh_proj over [embedding, hidden] and the shared lm_head (derived from the target's facts)."""
     from ecospec.models.adapters import meta_model
 
-    hf = _hf_config(model, _facts(model))
+    hf = hf_config(model, facts_of(model))
     one = hf.__class__(**{**hf.to_dict(), "num_hidden_layers": 1, "first_k_dense_replace": 0})
     layer = meta_model(one).model.layers[0]
     experts = c.expert_params * c.num_experts
@@ -349,7 +351,7 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
     """(first pass, each later pass, source) bytes of one pass of `drafter` (eagle3, gto, mtp, draft_model) for
     conf/model `model`: the release's files (model=tiny), `facts.drafters.<kind>` (a shape), or derived from the
     target's facts (`facts.drafters.<kind>: derived`, or no facts)."""
-    facts = _facts(model)
+    facts = facts_of(model)
     given = (facts.get("drafters") or {}).get("eagle3" if drafter == "gto" else drafter)
     release = _release_dir(model)
     if drafter in ("eagle3", "gto"):
@@ -361,7 +363,7 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
         if isinstance(given, Mapping):
             first, later = eagle3_head_bytes(given, given.get("storage", "bf16"))
             return first, later, "facts"
-        shape = derived_eagle3_shape(_hf_config(model, facts))
+        shape = derived_eagle3_shape(hf_config(model, facts))
         return (*eagle3_head_bytes(shape, model_cost(model).storage["other"]), "derived from the target's facts")
     if drafter == "mtp":
         b = _mtp_bytes(model, model_cost(model))
@@ -386,13 +388,13 @@ def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:
     if release is not None:
         files = safetensors_bytes(release / "predictor" / "final" / "model.safetensors", skip=("embed.",))
         return sum(files.values()), "the release's predictor"
-    facts = _facts(model)
+    facts = facts_of(model)
     backbone = facts.get("predictor_backbone") or (model.get("predictor") or {}).get("backbone")
     if not isinstance(backbone, Mapping):
         raise ValueError(
             f"model {model.get('name')!r}: facts.predictor_backbone has no shape of the predictor's backbone"
         )
-    c, hf = model_cost(model), _hf_config(model, facts)
+    c, hf = model_cost(model), hf_config(model, facts)
     hidden = backbone["hidden_size"]
     extra = hf.hidden_size * hidden + hidden + (hidden + 1) * c.moe_layers * c.num_experts  # projection and head
     shape = {k: v for k, v in backbone.items() if k != "storage"}

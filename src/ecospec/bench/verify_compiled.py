@@ -21,14 +21,13 @@ from pathlib import Path
 import torch
 
 from ecospec.bench import KIND, RECORD_SUFFIX
+from ecospec.bench.passes import e_values, forced_indices, layer_bytes, random_init_, shapes, timed
 
 VOCAB = 256
 
 
 def _model(config, dtype: torch.dtype, seed: int):
     from transformers import Qwen3MoeForCausalLM
-
-    from ecospec.bench.verify_latency import random_init_
 
     config = type(config)(**{**config.to_dict(), "vocab_size": VOCAB, "tie_word_embeddings": False})
     with torch.device("meta"):
@@ -60,7 +59,6 @@ def run_compiled(
     echo: Callable[[str], None] | None,
 ) -> list[dict]:
     """Time every (γ, E) point and the AR step through the compiled engine; one record each under `where`."""
-    from ecospec.bench.verify_latency import e_values, forced_indices, layer_bytes, shapes, timed
     from ecospec.engine.compiled import prepare, refusal
     from ecospec.experiment.records import now, write_json_atomic
 

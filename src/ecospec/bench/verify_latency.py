@@ -44,7 +44,6 @@ import argparse
 import re
 import statistics
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +52,9 @@ import torch
 
 from ecospec.analysis.hardware import HARDWARE
 from ecospec.bench import IMPLS, KIND, RECORD_SUFFIX, settings_problem
+from ecospec.bench.passes import WIDTHS, e_values, forced_indices, layer_bytes, random_init_, shapes, timed
+from ecospec.bench.verify_compiled import run_compiled
 
-WIDTHS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "q_lora_rank", "kv_lora_rank")
-HEADS = ("num_attention_heads", "num_key_value_heads")
-PER_HEAD = ("head_dim", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _DTYPE_FORMATS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -86,9 +84,9 @@ def _width(value: int, scale: float) -> int:
 def bench_config(model: Mapping, layers: int, scale: float = 1.0):
     """The HF config of `layers` MoE decoder layers of `model` (a conf/model mapping), widths and head counts x
     `scale`."""
-    from ecospec.analysis.cost import _facts, _hf_config
+    from ecospec.analysis.cost import facts_of, hf_config
 
-    base = _hf_config(model, _facts(model))
+    base = hf_config(model, facts_of(model))
     kw = base.to_dict()
     for key in ("layer_types", "architectures", "transformers_version", "_name_or_path"):
         kw.pop(key, None)
@@ -110,10 +108,6 @@ def bench_config(model: Mapping, layers: int, scale: float = 1.0):
         }
     )
     return type(base)(**kw)
-
-
-def shapes(config) -> dict:
-    return {k: getattr(config, k) for k in (*WIDTHS, *HEADS, *PER_HEAD) if getattr(config, k, None) is not None}
 
 
 def storage(model: Mapping) -> tuple[torch.dtype, str, str]:
@@ -153,14 +147,14 @@ def _classes(config):
     """(family, decoder layer class, rotary class, pretrained class, router attribute) of a config's model type."""
     import importlib
 
-    from ecospec.models.adapters import _CLASSES, _MODEL_TYPES, _unsupported
+    from ecospec.models.adapters import CLASS_FAMILIES, MODEL_TYPES, unsupported
 
-    if config.model_type not in _MODEL_TYPES:
-        raise _unsupported(f"config of model_type {config.model_type!r}")
-    name = _MODEL_TYPES[config.model_type]
+    if config.model_type not in MODEL_TYPES:
+        raise unsupported(f"config of model_type {config.model_type!r}")
+    name = MODEL_TYPES[config.model_type]
     mod = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
     base = name.removesuffix("ForCausalLM")
-    family, router = _CLASSES[name]
+    family, router = CLASS_FAMILIES[name]
     return (
         family,
         getattr(mod, f"{base}DecoderLayer"),
@@ -168,29 +162,6 @@ def _classes(config):
         getattr(mod, f"{base}PreTrainedModel"),
         router,
     )
-
-
-def _bytes(module: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
-
-def layer_bytes(layer: torch.nn.Module) -> tuple[int, int]:
-    """(one routed expert's bytes, the rest of the layer's bytes: attention, norms, router, shared expert) of a MoE
-    decoder layer as its tensors store them (works on the meta device)."""
-    experts = layer.mlp.experts
-    return _bytes(experts) // experts.num_experts, _bytes(layer) - _bytes(experts)
-
-
-def random_init_(module: torch.nn.Module, generator: torch.Generator) -> None:
-    """The benchmark's random weights, in place: norms 1, biases 0, everything else normal(0, 0.02)."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "norm" in name:
-                p.fill_(1.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=generator)
 
 
 def build_stack(config, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> Stack:
@@ -239,15 +210,6 @@ def build_stack(config, dtype: torch.dtype, device: torch.device | str, seed: in
 
 
 # -- one pass: forced routing, prefix cache, masks ------------------------------------------------------------------
-
-
-def forced_indices(gamma: int, k: int, unique: int, num_experts: int, generator: torch.Generator) -> torch.Tensor:
-    """[γ, k] expert ids over exactly `unique` experts drawn at random from N: slot j of the γk gets the (j mod E)-th
-    of them, so each token has k distinct experts (E >= k) and every one of the E is used (γk >= E)."""
-    if not k <= unique <= min(num_experts, gamma * k):
-        raise ValueError(f"E={unique}: needs top-k {k} <= E <= min(N={num_experts}, γ·k={gamma * k})")
-    chosen = torch.randperm(num_experts, generator=generator)[:unique]
-    return chosen[torch.arange(gamma * k) % unique].view(gamma, k)
 
 
 class ForcedRouting:
@@ -380,33 +342,7 @@ def experts_seen(stack: Stack, run: Callable[[], object]) -> list[int]:
     return [len(s) for s in seen]
 
 
-def timed(run: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one call: CUDA events after a synchronize on a GPU, perf_counter on a CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
-    run()
-    return time.perf_counter() - t0
-
-
 # -- the sweep -------------------------------------------------------------------------------------------------
-
-
-def e_values(gamma: int, k: int, n: int, points: int, experts: Sequence[int] | None = None) -> list[int]:
-    """The E a γ-token pass is timed at: `experts` within [k, min(N, γk)], else `points` values spread evenly over
-    that range, both ends included."""
-    hi = min(n, gamma * k)
-    if experts:
-        return sorted({e for e in experts if k <= e <= hi})
-    if points == 1 or hi == k:
-        return [hi]
-    return sorted({round(k + (hi - k) * i / (points - 1)) for i in range(points)})
 
 
 def available_impls(requested: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -569,8 +505,6 @@ def run(
                             f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
                         )
     if "compiled" in engines:
-        from ecospec.bench.verify_compiled import run_compiled
-
         records += run_compiled(
             model,
             config,

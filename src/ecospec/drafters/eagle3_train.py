@@ -97,7 +97,7 @@ class TrainLog:
 def count_tokens(sequences: Sequence[torch.Tensor] | torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Occurrences of every token id in `sequences` (int64 [vocab_size])."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
-    for seq in _as_list(sequences):
+    for seq in as_list(sequences):
         counts += torch.bincount(seq.reshape(-1).cpu(), minlength=vocab_size)[:vocab_size]
     return counts
 
@@ -197,7 +197,7 @@ def ttt_visibility(n: int, step: int, *, eagle_shift: bool = False, device=None)
     return torch.cat([block0] + [eye] * step, dim=1)
 
 
-def _unroll(
+def unroll(
     head: Eagle3Head, features: torch.Tensor, embeds: list[torch.Tensor], eagle_shift: bool
 ) -> list[torch.Tensor]:
     """Draft-vocabulary logits [B, n, Dv] of every unrolled step. features [B, n, F]; embeds[j] [B, n, H]:
@@ -215,7 +215,7 @@ def _unroll(
 
 
 @torch.no_grad()
-def _target_pass(target, windows: torch.Tensor, aux: Sequence[int], dtype: torch.dtype):
+def target_pass(target, windows: torch.Tensor, aux: Sequence[int], dtype: torch.dtype):
     """features [B, T-1, F] (positions 0..T-2) and logits [B, T, V] (float32) of the frozen target."""
     out = target(input_ids=windows, output_hidden_states=True, use_cache=False)
     feats = torch.cat([out.hidden_states[i][:, :-1] for i in aux], dim=-1).to(dtype)
@@ -223,7 +223,7 @@ def _target_pass(target, windows: torch.Tensor, aux: Sequence[int], dtype: torch
 
 
 @torch.no_grad()
-def _step_embeds(target, windows: torch.Tensor, ttt_steps: int, dtype: torch.dtype) -> list[torch.Tensor]:
+def step_embeds(target, windows: torch.Tensor, ttt_steps: int, dtype: torch.dtype) -> list[torch.Tensor]:
     """Embeddings of the teacher tokens of each unrolled step: x_{i+1+j} for entry i (pad id 0 past the end)."""
     b, t = windows.shape
     n = t - 1
@@ -232,7 +232,7 @@ def _step_embeds(target, windows: torch.Tensor, ttt_steps: int, dtype: torch.dty
     return [emb[:, 1 + j : 1 + j + n] for j in range(ttt_steps)]
 
 
-def _step_targets(logits: torch.Tensor, ttt_steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def step_targets(logits: torch.Tensor, ttt_steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per step: target logits [B, n, V] (z_{i+1+j}, zero-padded) and validity [B, n] (i + 1 + j <= T - 1)."""
     b, t, v = logits.shape
     n = t - 1
@@ -244,7 +244,7 @@ def _step_targets(logits: torch.Tensor, ttt_steps: int) -> list[tuple[torch.Tens
     return out
 
 
-def _kl_loss(head_logits: torch.Tensor, target_logits: torch.Tensor, valid: torch.Tensor, head: Eagle3Head):
+def kl_loss(head_logits: torch.Tensor, target_logits: torch.Tensor, valid: torch.Tensor, head: Eagle3Head):
     """Mean over valid entries (target argmax in the draft vocabulary) of KL(p_target|draft || q_head)."""
     draft_ids = torch.arange(head.config.draft_vocab_size, device=head.d2t.device) + head.d2t
     valid = valid & head.t2d[target_logits.argmax(-1)]
@@ -260,7 +260,7 @@ def _kl_loss(head_logits: torch.Tensor, target_logits: torch.Tensor, valid: torc
 # ----------------------------------------------------------------------------------------------------
 
 
-def _as_list(sequences) -> list[torch.Tensor]:
+def as_list(sequences) -> list[torch.Tensor]:
     if isinstance(sequences, torch.Tensor):
         seqs = [sequences] if sequences.dim() == 1 else list(sequences)
     else:
@@ -268,7 +268,7 @@ def _as_list(sequences) -> list[torch.Tensor]:
     return [s.reshape(-1).to(torch.int64) for s in seqs]
 
 
-class _Windows:
+class Windows:
     """Uniform sampling of `seq_len`-token windows over all start offsets of all long-enough sequences."""
 
     def __init__(self, sequences: list[torch.Tensor], seq_len: int, generator: torch.Generator):
@@ -306,8 +306,8 @@ def unrolled_logits(
     """The training forward on its own: draft-vocabulary logits [B, T-1, Dv] (float32) of each unrolled
     step over token windows [B, T] (entry i of step j predicts x_{i+2+j}; entries i >= T-1-j are padding)."""
     windows = windows.to(head.device)
-    feats, _ = _target_pass(target, windows, head.config.aux_hidden_layers, head.dtype)
-    return _unroll(head, feats, _step_embeds(target, windows, ttt_steps, head.dtype), eagle_shift)
+    feats, _ = target_pass(target, windows, head.config.aux_hidden_layers, head.dtype)
+    return unroll(head, feats, step_embeds(target, windows, ttt_steps, head.dtype), eagle_shift)
 
 
 @torch.no_grad()
@@ -327,10 +327,10 @@ def evaluate_agreement(
     dev = head.device
     for k in range(0, windows.shape[0], batch_size):
         w = windows[k : k + batch_size].to(dev)
-        feats, logits = _target_pass(target, w, head.config.aux_hidden_layers, head.dtype)
-        embeds = _step_embeds(target, w, ttt_steps, head.dtype)
-        outs = _unroll(head, feats, embeds, eagle_shift)
-        for j, (out, (tgt, valid)) in enumerate(zip(outs, _step_targets(logits, ttt_steps), strict=True)):
+        feats, logits = target_pass(target, w, head.config.aux_hidden_layers, head.dtype)
+        embeds = step_embeds(target, w, ttt_steps, head.dtype)
+        outs = unroll(head, feats, embeds, eagle_shift)
+        for j, (out, (tgt, valid)) in enumerate(zip(outs, step_targets(logits, ttt_steps), strict=True)):
             same = head.to_target_ids(out.argmax(-1)) == tgt.argmax(-1)
             hits[j] += int((same & valid).sum())
             total[j] += int(valid.sum())
@@ -384,9 +384,9 @@ def train_eagle3(
     if max(config.aux_hidden_layers) > int(tc.num_hidden_layers):
         raise ValueError(f"aux_hidden_layers {config.aux_hidden_layers} exceed [0, {tc.num_hidden_layers}]")
 
-    seqs = _as_list(sequences)
+    seqs = as_list(sequences)
     if eval_sequences is not None:
-        train_seqs, eval_seqs = seqs, _as_list(eval_sequences)
+        train_seqs, eval_seqs = seqs, as_list(eval_sequences)
     else:
         n_eval = int(len(seqs) * holdout) if len(seqs) > 1 else 0
         train_seqs, eval_seqs = seqs[: len(seqs) - n_eval], seqs[len(seqs) - n_eval :]
@@ -419,7 +419,7 @@ def train_eagle3(
             progress({"eval": log.agreement_untrained, "when": "before"})
 
     gen = torch.Generator().manual_seed(seed)
-    data = _Windows(train_seqs, seq_len, gen) if steps else None
+    data = Windows(train_seqs, seq_len, gen) if steps else None
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     n_warm = max(1, int(round(warmup * steps)))
@@ -434,12 +434,12 @@ def train_eagle3(
     head.train()
     for s in range(steps):
         windows = data.sample(batch_size).to(dev)
-        feats, logits = _target_pass(target, windows, config.aux_hidden_layers, head.dtype)
-        embeds = _step_embeds(target, windows, ttt_steps, head.dtype)
-        outs = _unroll(head, feats, embeds, eagle_shift)
+        feats, logits = target_pass(target, windows, config.aux_hidden_layers, head.dtype)
+        embeds = step_embeds(target, windows, ttt_steps, head.dtype)
+        outs = unroll(head, feats, embeds, eagle_shift)
         losses = [
-            _kl_loss(out, tgt, valid, head)
-            for out, (tgt, valid) in zip(outs, _step_targets(logits, ttt_steps), strict=True)
+            kl_loss(out, tgt, valid, head)
+            for out, (tgt, valid) in zip(outs, step_targets(logits, ttt_steps), strict=True)
         ]
         loss = sum(w * x for w, x in zip(weights, losses, strict=True))
         opt.zero_grad(set_to_none=True)

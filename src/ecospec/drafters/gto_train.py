@@ -15,7 +15,7 @@ Per training window (T tokens of text the target produced or reads) and per step
 4. Surrogate, along the longest branch of M's tree the target accepts greedily (`accepted_branch`):
    rho_i = exp((log M(branch) - log M0(branch)) / max(len, 1)); loss = -(1/m) sum_i min(rho_i A_i,
    clip(rho_i, 1 - eps, 1 + eps) A_i), averaged over groups. log M(branch) comes from the training unroll
-   (`eagle3_train._unroll`) fed the branch tokens instead of the teacher tokens: step j's entry i is then the
+   (`eagle3_train.unroll`) fed the branch tokens instead of the teacher tokens: step j's entry i is then the
    depth-(j+1) node of the branch (same hidden-state recurrence, positions and visibility as decoding), so gradients
    reach the trained head through its branch tokens only, never the reference.
 5. Total loss = the EAGLE-3 loss (KL to the target, training-time test) + `gto_weight` (0.5) x the GTO loss.
@@ -36,13 +36,13 @@ import torch.nn.functional as F
 from ecospec.drafters.eagle3 import Eagle3Drafter, Eagle3Head
 from ecospec.drafters.eagle3_train import (
     LOSS_DECAY,
-    _as_list,
-    _kl_loss,
-    _step_embeds,
-    _step_targets,
-    _target_pass,
-    _unroll,
-    _Windows,
+    Windows,
+    as_list,
+    kl_loss,
+    step_embeds,
+    step_targets,
+    target_pass,
+    unroll,
 )
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
 from ecospec.engine.tree import DraftTree, ancestor_mask, grow_trees
@@ -172,7 +172,7 @@ def branch_logprobs(head: Eagle3Head, target, window: torch.Tensor, feats: torch
     if depth == 0:
         return torch.zeros(n, device=feats.device)
     emb = target.get_input_embeddings()
-    teacher = _step_embeds(target, window[None], 1, head.dtype)[0]  # [1, n, H]: x_{i+1}
+    teacher = step_embeds(target, window[None], 1, head.dtype)[0]  # [1, n, H]: x_{i+1}
     steps = [teacher]
     ids = torch.zeros(depth, n, dtype=torch.long)  # the branch token each step predicts, per entry
     mask = torch.zeros(depth, n, dtype=torch.bool)
@@ -182,7 +182,7 @@ def branch_logprobs(head: Eagle3Head, target, window: torch.Tensor, feats: torch
             mask[j, i] = True
     for j in range(1, depth):  # step j's input token: the branch's token at depth j
         steps.append(emb(ids[j - 1][None].to(feats.device)).to(head.dtype))
-    logits = _unroll(head, feats, steps, eagle_shift=False)
+    logits = unroll(head, feats, steps, eagle_shift=False)
     inverse = torch.full((head.config.vocab_size,), 0, dtype=torch.long, device=feats.device)
     draft_ids = torch.arange(head.config.draft_vocab_size, device=feats.device)
     inverse[draft_ids + head.d2t] = draft_ids
@@ -259,8 +259,8 @@ def gto_terms(
 
 
 def eagle_loss(head: Eagle3Head, target, windows: torch.Tensor, feats, logits, ttt_steps: int) -> torch.Tensor:
-    outs = _unroll(head, feats, _step_embeds(target, windows, ttt_steps, head.dtype), eagle_shift=False)
-    losses = [_kl_loss(o, t, v, head) for o, (t, v) in zip(outs, _step_targets(logits, ttt_steps), strict=True)]
+    outs = unroll(head, feats, step_embeds(target, windows, ttt_steps, head.dtype), eagle_shift=False)
+    losses = [kl_loss(o, t, v, head) for o, (t, v) in zip(outs, step_targets(logits, ttt_steps), strict=True)]
     return sum(LOSS_DECAY**j * x for j, x in enumerate(losses))
 
 
@@ -292,7 +292,7 @@ def train_gto(
     for p in ref.parameters():
         p.requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
-    data = _Windows(_as_list(sequences), seq_len, gen)
+    data = Windows(as_list(sequences), seq_len, gen)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / max(warmup_steps, 1)))
@@ -308,7 +308,7 @@ def train_gto(
     for step in range(start, steps):
         head.train()
         windows = data.sample(batch_size).to(dev)
-        feats, logits = _target_pass(target, windows, head.config.aux_hidden_layers, head.dtype)
+        feats, logits = target_pass(target, windows, head.config.aux_hidden_layers, head.dtype)
         base = eagle_loss(head, target, windows, feats, logits, s.ttt_steps) if s.eagle_weight else torch.zeros(())
         terms = [gto_terms(head, ref, target, w, f[None], s, gen) for w, f in zip(windows, feats, strict=True)]
         g = sum(t for t, _ in terms) / len(terms)

@@ -12,25 +12,14 @@ one prompt. The default session drafts the configured tree and applies the rule 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from ecospec.methods._candidates import Candidates
+from ecospec.methods._session import Session
 from ecospec.registry import Registry
 
-
-@dataclass
-class Candidates:
-    """One draft tree as a rule sees it. `traj[i]`: E_traj(i) as an int bitmask (None for a rule that needs no
-    expert sets); `buffer`: the experts the pass loads anyway (the root's), as a bitmask."""
-
-    parents: Sequence[int]
-    probs: Sequence[float]
-    depth: list[int]  # first level = 1
-    roots: list[int]  # the first level's nodes
-    children: list[list[int]]
-    traj: list[int] | None
-    buffer: int
-    eps: float
+__all__ = ["Candidates", "MethodSpec", "Session", "method", "methods", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +39,6 @@ class MethodSpec:
 
     def open(self, gamma: int, depth: int, topk: int, cost=None):
         """The method's state for one prompt (`session` or the default `Session`)."""
-        from ecospec.methods._session import Session
-
         return (self.session or Session)(self, gamma, depth, topk, cost)
 
 

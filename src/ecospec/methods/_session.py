@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ecospec.selection import select
+from ecospec.methods._candidates import candidates, pick
 
 
 class Session:
@@ -41,7 +41,7 @@ class Session:
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         """The nodes of `tree` to verify (ascending, prefix-closed, at most `budget`); [] makes this an AR step."""
-        return select(self.spec.name, tree.parents, tree.probs, experts, budget, root_experts)
+        return pick(self.spec, candidates(self.spec, tree.parents, tree.probs, experts, root_experts), budget)
 
     def observe(self, accepted: int, verified: int) -> None:
         """What the step produced (tokens, bonus included) from how many verified tokens."""

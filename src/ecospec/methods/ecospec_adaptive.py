@@ -18,11 +18,11 @@ depth d so far: how often its speculative steps' accepted paths reached depth d 
 steps of trust in P to start). The drafter's P is fitted to greedy acceptance over all depths; deep nodes and
 sampling accept less, and c_d learns how much less."""
 
-from ecospec.methods import Candidates, MethodSpec, register
+from ecospec.methods import Candidates, MethodSpec, method, register
+from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import greedy_buffered, picks_buffered, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
 from ecospec.methods._session import Session
-from ecospec.selection import candidates
 
 FIRST_SKIP, GROWTH, MAX_SKIP = 8, 8, 64  # steps that draft nothing after a step that did not pay, and their growth
 PRIOR = 2.0  # the calibration at each depth starts from this much expected acceptance, accepted as expected
@@ -70,9 +70,9 @@ class AdaptiveSession(Session):
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         if self.predicting:
-            c = candidates(self.spec.name, tree.parents, tree.probs, experts, root_experts)
+            c = candidates(self.spec, tree.parents, tree.probs, experts, root_experts)
         else:  # no expert sets: the tree as a rule without them sees it
-            c = candidates("confidence", tree.parents, tree.probs, None)
+            c = candidates(method("confidence"), tree.parents, tree.probs, None)
         drawn = max(tree.depths)
         rates = {d: self._best(c, budget, d) for d in range(1, drawn + 1)}
         order, n, rate = rates[drawn]

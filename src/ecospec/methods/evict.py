@@ -8,10 +8,10 @@ took from the abstract and from secondary summaries of the full text (which was 
 docs/methods.md."""
 
 from ecospec.methods import MethodSpec, register
+from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import by_probability, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
 from ecospec.methods._session import Session
-from ecospec.selection import candidates
 
 
 class EvictSession(Session):
@@ -20,7 +20,7 @@ class EvictSession(Session):
         return all_sizes(self.gamma)
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
-        c = candidates(self.spec.name, tree.parents, tree.probs, None)
+        c = candidates(self.spec, tree.parents, tree.probs, None)
         order = picks_static(c, c.probs, budget)
         drafted = drafted_seconds(self.cost, max(tree.depths), "tree")
         n, _ = best_prefix(

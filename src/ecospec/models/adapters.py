@@ -18,9 +18,9 @@ import torch
 from ecospec.families import by_class
 
 # HF class name -> (family, name of the router attribute of a MoE block)
-_CLASSES: dict[str, tuple[str, str]] = {cls: (f.name, f.router) for cls, f in by_class().items()}
-_MODEL_TYPES = {family: cls for cls, (family, _) in _CLASSES.items()}  # config.model_type -> class name
-SUPPORTED_CLASSES: tuple[str, ...] = tuple(_CLASSES)
+CLASS_FAMILIES: dict[str, tuple[str, str]] = {cls: (f.name, f.router) for cls, f in by_class().items()}
+MODEL_TYPES = {family: cls for cls, (family, _) in CLASS_FAMILIES.items()}  # config.model_type -> class name
+SUPPORTED_CLASSES: tuple[str, ...] = tuple(CLASS_FAMILIES)
 
 
 class UnsupportedModelError(ValueError):
@@ -57,7 +57,7 @@ class MoeInfo:
         return self.dense_params + self.expert_params * self.top_k * len(self.moe_layers)
 
 
-def _unsupported(what: str) -> UnsupportedModelError:
+def unsupported(what: str) -> UnsupportedModelError:
     return UnsupportedModelError(
         f"{what} is not a supported MoE model; supported classes: {', '.join(SUPPORTED_CLASSES)}"
     )
@@ -66,9 +66,9 @@ def _unsupported(what: str) -> UnsupportedModelError:
 def _family(model) -> tuple[str, str]:
     """(family, router attribute) from the model's class (or one of its bases)."""
     for klass in type(model).__mro__:
-        if klass.__name__ in _CLASSES:
-            return _CLASSES[klass.__name__]
-    raise _unsupported(type(model).__name__)
+        if klass.__name__ in CLASS_FAMILIES:
+            return CLASS_FAMILIES[klass.__name__]
+    raise unsupported(type(model).__name__)
 
 
 def _decoder_layers(model) -> torch.nn.ModuleList:
@@ -107,7 +107,7 @@ def moe_info(model) -> MoeInfo:
     family, _ = _family(model)
     blocks = _moe_blocks(model)
     if not blocks:
-        raise _unsupported(f"{type(model).__name__} (no routed-expert layers)")
+        raise unsupported(f"{type(model).__name__} (no routed-expert layers)")
     num_layers = len(_decoder_layers(model))
     # N from the router (replicated under tensor/expert parallelism; an expert-parallel experts module counts only
     # its rank's experts, its parameters are DTensors of the global shape)
@@ -144,8 +144,8 @@ def config_moe_info(config) -> MoeInfo:
     """``moe_info`` from a config alone: the model is built on the meta device (no memory, no init), so
     this works for the full-size configs (e.g. a 235B model) as well. Results are cached per config."""
     model_type = getattr(config, "model_type", None)
-    if model_type not in _MODEL_TYPES:
-        raise _unsupported(f"config of model_type {model_type!r} ({type(config).__name__})")
+    if model_type not in MODEL_TYPES:
+        raise unsupported(f"config of model_type {model_type!r} ({type(config).__name__})")
     key = f"{model_type}:{config.to_json_string(use_diff=False)}"
     if key not in _CONFIG_INFO_CACHE:
         _CONFIG_INFO_CACHE[key] = moe_info(meta_model(config))

@@ -8,7 +8,7 @@ import warnings
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from ecospec.models.adapters import _MODEL_TYPES, _unsupported, moe_info
+from ecospec.models.adapters import MODEL_TYPES, moe_info, unsupported
 from ecospec.models.presets import PRESETS
 from ecospec.models.storage import format_fork, quant_method
 
@@ -79,8 +79,8 @@ def load_target(
 
     config = AutoConfig.from_pretrained(name_or_path)
     family = getattr(config, "model_type", None)
-    if family not in _MODEL_TYPES:
-        raise _unsupported(f"{name_or_path} (model_type {family!r})")
+    if family not in MODEL_TYPES:
+        raise unsupported(f"{name_or_path} (model_type {family!r})")
     kwargs: dict = {"dtype": dtype}
     if parallel != "device_map":
         if world() < 2:
