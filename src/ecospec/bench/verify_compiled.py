@@ -4,7 +4,7 @@
 What is built: a Qwen3-MoE model of the benchmark's config (`--layers` MoE layers, `--scale`d widths, random
 normal(0, 0.02) weights, a 256-token vocabulary so that embedding and lm_head stay negligible), prepared by
 `engine.compiled.prepare` with forced routing: each router computes its logits, then its top-k ids are replaced by
-a fresh random set of exactly E experts per layer and pass (`verify_latency.forced_indices`), its weights read at
+a fresh random set of exactly E experts per layer and pass (`bench.passes.forced_indices`), its weights read at
 those ids. The prefix (`--prefix` random tokens) is prefilled once; every pass writes its γ tokens at the same
 slots after it, attends to the prefix and causally to itself, and is one call of the compiled step of its shape
 (q = γ; γ = 1 is the AR step). The routes buffer it writes is checked against E before the timing. Records as

@@ -11,10 +11,9 @@ come from the verify-cost profile for the passes the step ran (K chain head pass
 with the experts a block that size routes to), so two runs decide alike. Phase lengths and the 10 % are the paper's
 as secondary summaries of its full text give them (docs/methods.md)."""
 
-from ecospec.methods import MethodSpec, register
+from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._greedy import by_probability
 from ecospec.methods._rate import all_sizes, drafted_seconds
-from ecospec.methods._session import Session
 
 TEST_STEPS, MAX_TRIALS, SET_STEPS, CLOSE = 4, 4, 16, 0.10
 

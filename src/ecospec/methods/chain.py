@@ -2,9 +2,8 @@
 speculative decoding as vLLM, SGLang and MLPerf's GPT-OSS-120B interactive scenario deploy it (not the top-1 path
 picked from the usual tree: the head drafts only the chain)."""
 
-from ecospec.methods import MethodSpec, register
+from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._greedy import by_probability
-from ecospec.methods._session import Session
 
 
 class ChainSession(Session):

@@ -18,11 +18,10 @@ depth d so far: how often its speculative steps' accepted paths reached depth d 
 steps of trust in P to start). The drafter's P is fitted to greedy acceptance over all depths; deep nodes and
 sampling accept less, and c_d learns how much less."""
 
-from ecospec.methods import Candidates, MethodSpec, method, register
+from ecospec.methods import Candidates, MethodSpec, Session, method, register
 from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import greedy_buffered, picks_buffered, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
-from ecospec.methods._session import Session
 
 FIRST_SKIP, GROWTH, MAX_SKIP = 8, 8, 64  # steps that draft nothing after a step that did not pay, and their growth
 PRIOR = 2.0  # the calibration at each depth starts from this much expected acceptance, accepted as expected

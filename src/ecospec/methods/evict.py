@@ -7,11 +7,10 @@ expectation: EVICT has no expert predictor). n = 0 makes the step an AR step. Th
 took from the abstract and from secondary summaries of the full text (which was not reachable): see
 docs/methods.md."""
 
-from ecospec.methods import MethodSpec, register
+from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import by_probability, picks_static
 from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
-from ecospec.methods._session import Session
 
 
 class EvictSession(Session):
