@@ -40,7 +40,7 @@ class Interval:
     low: float
     high: float
     level: float
-    method: str  # bca | percentile
+    method: str  # expanded | percentile (`bootstrap`'s argument)
     resamples: int
     units: int
     unit: str  # prompt | batch
