@@ -1,6 +1,7 @@
 """An installed wheel works without the repository: it ships every Hydra config, and a cell composed from the
 installed package outside the checkout has the same identity as one composed here."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -36,13 +37,14 @@ print(json.dumps({"file": ecospec.__file__, "ids": ids}))
 
 
 def _wheel(tmp_path: Path) -> Path:
-    """A wheel of a copy of the project (so the build leaves nothing in the checkout), offline: no build isolation,
-    setuptools from this environment."""
+    """A wheel of a copy of the project (so the build leaves nothing in the checkout): offline with this
+    environment's setuptools where it has one, else setuptools from the package index."""
     project = tmp_path / "project"
     shutil.copytree(ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, project / name)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    offline = ["--no-build-isolation", "--no-index"] if importlib.util.find_spec("setuptools") else []
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline]
     subprocess.run([*cmd, str(project), "-w", str(tmp_path / "dist")], check=True, capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("ecospec-*.whl")
     return wheel
