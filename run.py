@@ -1,4 +1,4 @@
-"""Run one cell of the grid, or a sweep with -m (Hydra 1.3; configs in conf/).
+"""Run one cell of the grid, or a sweep with -m (Hydra 1.3; configs in the package: ecospec.conf_dir()).
 
     python run.py                                   # tiny model, EcoSpec, HumanEval, CPU (the embedded default)
     python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm
@@ -17,11 +17,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from ecospec import conf_dir
 from ecospec.experiment.cell import one_line
 from ecospec.experiment.dispatch import run_any
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
     record = run_any(cfg, HydraConfig.get().runtime.output_dir)
     print(one_line(record), flush=True)

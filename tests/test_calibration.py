@@ -88,12 +88,9 @@ def test_collect_labels_each_depth_with_the_targets_token(head_and_target):
 
 
 def _cfg(*overrides: str):
-    from pathlib import Path
-
     from hydra import compose, initialize_config_dir
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
+    with initialize_config_dir(config_dir=str(ecospec.conf_dir()), version_base=None):
         return compose("config", overrides=["model=tiny_random", "method=eagle3", *overrides])
 
 

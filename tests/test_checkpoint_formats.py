@@ -35,7 +35,7 @@ from ecospec.models.adapters import moe_info
 from ecospec.models.loading import load_target, perturbed_copy, tiny_config, tiny_model
 from ecospec.models.storage import format_fork, loaded_storage
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF = ecospec.conf_dir() / "model"
 BLOCK = 32  # FP8 block edge here (the releases: 128); MXFP4 groups are 32 values in every release
 
 # ----------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ecospec import conf_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = (ROOT / "src" / "ecospec" / "report").glob("paper*/README.md")
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "slurm" / "README.md", *PAPERS])
@@ -61,7 +63,7 @@ def test_every_run_py_line_composes():
 
     lines = commands("python run.py")
     assert len(lines) >= 10
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         for page, line in lines:
             args = [a for a in shlex.split(line)[2:] if a not in ("-m", "--multirun") and not a.startswith("<")]
             args = [a for a in args if "=" in a and "..." not in a and "…" not in a]

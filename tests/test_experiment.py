@@ -13,6 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import CELL_KEYS, ConfigError, cell_id, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
@@ -20,7 +21,7 @@ from ecospec.tiny.build import get_budget
 from ecospec.tiny.release import identity as release_identity
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = conf_dir()
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))

@@ -76,7 +76,6 @@ def _copy(tmp_path) -> Path:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "release"))
     shutil.copytree(ROOT / "src" / "ecospec" / "tiny" / "release", copy / "src" / "ecospec" / "tiny" / "release")
-    shutil.copytree(ROOT / "conf", copy / "conf")
     shutil.copy(ROOT / "run.py", copy / "run.py")
     return copy
 
@@ -118,7 +117,8 @@ def _with_files(tmp_path, files: dict[str, str]) -> Path:
 
 def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
     copy = _with_files(
-        tmp_path, {"src/ecospec/drafters/kind_bigram.py": TOY_DRAFTER, "conf/method/bigram.yaml": TOY_DRAFTER_YAML}
+        tmp_path,
+        {"src/ecospec/drafters/kind_bigram.py": TOY_DRAFTER, "src/ecospec/conf/method/bigram.yaml": TOY_DRAFTER_YAML},
     )
     rec = _run(copy, tmp_path / "exp", "method=bigram", "+model.drafters.bigram={path:null}")
     assert rec["status"] == "ok" and rec["config"]["method"]["drafter"] == "bigram"
@@ -126,7 +126,9 @@ def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
 
 
 def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):
-    copy = _with_files(tmp_path, {"src/ecospec/methods/toy.py": TOY_METHOD, "conf/method/toy.yaml": TOY_YAML})
+    copy = _with_files(
+        tmp_path, {"src/ecospec/methods/toy.py": TOY_METHOD, "src/ecospec/conf/method/toy.yaml": TOY_YAML}
+    )
     rec = _run(copy, tmp_path / "exp", "method=toy")
     assert rec["status"] == "ok" and rec["config"]["method"]["selector"] == "toy"
     assert rec["summary"]["matches_ar"] == 1.0  # greedy and lossless whatever the rule picks

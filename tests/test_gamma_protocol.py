@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from ecospec import conf_dir
 from ecospec.experiment.config import as_dict, cell_id, cell_name
 from ecospec.report.gamma import (
     build_gamma,
@@ -162,7 +163,7 @@ def test_main_tables_hold_each_model_at_its_own_gamma():
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         return compose("config", overrides=list(overrides))
 
 

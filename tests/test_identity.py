@@ -3,16 +3,13 @@ computed at 2320a8f (before the registries, the memory check and the costed mode
 renames a cell, a job or an AR baseline fails here. A new knob enters an identity only when it differs from its
 default (as `engine` does), so none of these may move."""
 
-from pathlib import Path
-
 import pytest
 from hydra import compose, initialize_config_dir
 
+from ecospec import conf_dir
 from ecospec.cache import digest
 from ecospec.experiment.cell import ar_key
 from ecospec.experiment.config import as_dict, job_id, job_kind
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # (overrides, job id, AR baseline key digest on a fixed hardware string or None for jobs without one)
 PINNED = [
@@ -50,7 +47,7 @@ PINNED = [
 
 @pytest.mark.parametrize(("overrides", "jid", "ar"), PINNED, ids=[" ".join(p[0]) for p in PINNED])
 def test_cell_and_job_ids_are_pinned(overrides, jid, ar):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides))
     assert job_id(cfg) == jid
     if ar is not None:

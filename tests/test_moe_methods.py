@@ -7,11 +7,12 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import cell_name
 from ecospec.experiment.records import RESULT
 
-CONF = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf"
+CONF = conf_dir()
 FAST = ["model=tiny_random", "num_prompts=2", "max_new_tokens=12", "threads=1", "progress=false"]
 
 

@@ -11,7 +11,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from ecospec.analysis.ipf import pattern_distribution, unique_experts
-from ecospec.analysis.overlap import overlap_by_distance, pooled, routing_stats
+from ecospec.analysis.overlap import RoutingStats, pooled
 from ecospec.analysis.stats import compare_groups
 
 # Overlap paper, Table 17 (overlap ratio by step distance, steps 1-3) with k / N from Table 6 / Table 20, and
@@ -23,6 +23,11 @@ TABLE20_UNIFORM_IPF = [
     ("Qwen3-30B", 8, 128, (0.431, 0.356, 0.328), 20.08),
     ("Qwen3-235B", 8, 128, (0.447, 0.378, 0.354), 19.67),
 ]
+
+
+def _one(routes, n_experts: int, max_distance: int = 4, window: int = 4) -> RoutingStats:
+    """The statistics of one sequence: `pooled` over it alone."""
+    return pooled([routes], n_experts, max_distance=max_distance, window=window).all
 
 
 def _random_sets(rng, tokens, layers, n, k, weights=None):
@@ -37,8 +42,8 @@ def _random_sets(rng, tokens, layers, n, k, weights=None):
 
 def test_identical_consecutive_sets_overlap_fully():
     routes = np.repeat([[[3, 5], [0, 7]]], 20, axis=0)  # [20 tokens, 2 layers, k = 2]
-    assert np.allclose(overlap_by_distance(routes, 4), 1.0)
-    s = routing_stats(routes, n_experts=8, window=4)
+    s = _one(routes, 8)
+    assert np.allclose(s.overlap, 1.0)
     assert s.unique_empirical == 2 and s.unique_ratio == 1.0
     assert np.allclose(s.layer_overlap, 1.0)
 
@@ -46,8 +51,8 @@ def test_identical_consecutive_sets_overlap_fully():
 def test_disjoint_alternating_sets():
     sets = np.array([[0, 1], [2, 3]])
     routes = sets[np.arange(30) % 2][:, None, :]  # {0,1}, {2,3}, {0,1}, ...
-    assert np.allclose(overlap_by_distance(routes, 4), [0, 1, 0, 1])
-    s = routing_stats(routes, n_experts=4, window=4)
+    s = _one(routes, 4)
+    assert np.allclose(s.overlap, [0, 1, 0, 1])
     assert s.unique_empirical == 4
     assert s.uniform == 0.5 and np.isclose(s.independence, 4 * 0.5**2 / 2)  # π = 1/2 for every expert
 
@@ -56,7 +61,7 @@ def test_iid_uniform_routing_overlaps_k_over_n():
     rng = np.random.default_rng(0)
     n, k = 32, 4
     routes = _random_sets(rng, 4000, 6, n, k)
-    s = routing_stats(routes, n, max_distance=3)
+    s = _one(routes, n, max_distance=3)
     assert np.allclose(s.overlap, k / n, atol=0.005)
     assert abs(s.independence - k / n) < 0.002
     assert abs(s.temporal) < 0.005
@@ -68,7 +73,7 @@ def test_iid_skewed_routing_matches_independence_baseline():
     n, k = 16, 2
     weights = np.geomspace(1, 30, n)
     routes = _random_sets(rng, 20000, 3, n, k, weights)
-    s = routing_stats(routes, n, max_distance=4, window=4)
+    s = _one(routes, n)
     assert s.independence > 1.5 * s.uniform  # skew raises the baseline
     assert np.allclose(s.overlap, s.independence, atol=0.006)
     assert np.allclose(s.layer_overlap, s.layer_independence, atol=0.01)
@@ -85,7 +90,7 @@ def test_constructed_windows_and_hand_computed_baselines():
     layer0 = np.stack([t % 8, (t + 1) % 8], axis=-1)
     layer1 = np.stack([np.zeros_like(t), 1 + t % 3], axis=-1)
     routes = np.stack([layer0, layer1], axis=1)
-    s = routing_stats(routes, n_experts=8, max_distance=3, window=4)
+    s = _one(routes, 8, max_distance=3)
     assert s.unique_empirical == pytest.approx((5 + 4) / 2)
     assert s.unique_ratio == pytest.approx(4.5 / 2)
     assert s.unique_uniform == pytest.approx(8 * (1 - 0.75**4))
@@ -104,7 +109,7 @@ def test_many_words_match_a_set_reference():
     n, k = 200, 6  # four 64-bit words
     routes = _random_sets(rng, 60, 3, n, k)
     routes[1:40:2] = routes[0:39:2]  # add temporal overlap
-    s = routing_stats(routes, n, max_distance=4, window=3)
+    s = _one(routes, n, window=3)
     sets = [[set(routes[t, layer]) for layer in range(3)] for t in range(60)]
     for d in range(1, 5):
         ref = np.mean([len(sets[t][la] & sets[t + d][la]) / k for t in range(60 - d) for la in range(3)])
@@ -134,11 +139,11 @@ def test_pooled_never_pairs_across_sequences_and_reports_slice_spread():
 
 def test_routes_refusals():
     with pytest.raises(ValueError, match="repeat an expert"):
-        routing_stats(np.array([[[1, 1]], [[0, 2]]]), n_experts=4)
+        _one(np.array([[[1, 1]], [[0, 2]]]), 4)
     with pytest.raises(ValueError, match="expert ids must lie"):
-        routing_stats(np.array([[[1, 4]]]), n_experts=4)
+        _one(np.array([[[1, 4]]]), 4)
     with pytest.raises(ValueError, match="int array"):
-        overlap_by_distance(np.zeros((3, 2)))
+        _one(np.zeros((3, 2)), 4)
 
 
 # ---- IPF ----

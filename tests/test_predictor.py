@@ -76,7 +76,7 @@ def test_tree_scores_equal_sequential(setup64):
 
     def check(new_tokens, seq):
         tree = grow_tree(*drafter.begin(new_tokens, None, 2), drafter.expand, 3)
-        scores = p.score_tree(new_tokens, tree)
+        scores = p.score_rows([new_tokens[0]], [tree])[0]
         assert scores.shape == (len(tree) + 1, 2, 8)
         torch.testing.assert_close(scores[0], p(seq)[0, -1], rtol=1e-10, atol=1e-10)
         for node in range(len(tree)):
@@ -98,7 +98,7 @@ def test_tree_scores_equal_sequential(setup64):
     tree = grow_tree(*drafter.begin(seq, None, 2), drafter.expand, 3)
     root_mask, node_masks = p.predict(seq, tree)
     p.reset()
-    routes = p.score_tree(seq, tree).topk(2, dim=-1).indices.transpose(0, 1)
+    routes = p.score_rows([seq[0]], [tree])[0].topk(2, dim=-1).indices.transpose(0, 1)
     assert [root_mask] + node_masks == expert_bitmasks(routes, 8)
     assert all(m.bit_count() == 2 * 2 for m in node_masks)
 

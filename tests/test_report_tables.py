@@ -303,7 +303,7 @@ def test_bad_files_are_skipped_with_a_warning_and_the_report_builds(recs, tmp_pa
     del partial["summary"]
     partial_path = _write(root, partial, "partial")
     out.mkdir()  # a benchmark script's output already there is indexed; a table's leftover files are not
-    (out / "calibration.md").write_text("\n### Calibration of the head\n\nmade by benchmarks/calibration.py\n")
+    (out / "calibration.md").write_text("\n### Calibration of the head\n\nmade by benchmarks/studies/calibration.py\n")
     (out / "calibration.json").write_text("{}")
     (out / "table99_old.md").write_text("### Table 99\n")
     (out / "table99_old.tex").write_text("")

@@ -276,7 +276,7 @@ def test_without_traces_the_routing_tables_and_figures_are_skipped(recs, tmp_pat
 def test_vllm_routes_are_a_source_of_their_own_beside_our_traces(recs):
     """A vLLM record's committed sequences (vLLM's own routing) pool into a "vLLM records" source; where vLLM routed
     the same sequence as our engine, the two sources' statistics agree."""
-    from ecospec.analysis.overlap import routing_stats
+    from ecospec.analysis.overlap import pooled
 
     seq = _random_routes(30, seed=3)
     accepted = [2, 0, 3, 1, 0, 2]
@@ -293,7 +293,7 @@ def test_vllm_routes_are_a_source_of_their_own_beside_our_traces(recs):
     ours, theirs = data.sources
     assert theirs.sequences == 1 and theirs.stats.all.tokens == len(committed)
     assert theirs.stats.all.overlap == pytest.approx(ours.stats.all.overlap)
-    assert theirs.stats.all.overlap == pytest.approx(routing_stats(committed, N, 4, 4).overlap)
+    assert theirs.stats.all.overlap == pytest.approx(pooled([committed], N).all.overlap)
     assert list(data.tokens) == ["/x/0/result.json"]  # acceptance reads our traces only: vLLM records have none
     labels = set(distance_table(data)["Data"])
     assert f"{VLLM_RECORDS}: pooled (1 sequences, 1 datasets)" in labels

@@ -2,25 +2,23 @@
 type, with and without the quantized kernels, prints a command that composes and validates (with its Slurm
 launcher's GPUs per node), and validation refuses what a node would refuse later."""
 
-from pathlib import Path
-
 import pytest
 from hydra import compose, initialize_config_dir
 
+from ecospec import conf_dir
 from ecospec.analysis.cost import load_model_config, model_cost
 from ecospec.analysis.sizing import GPU_MEMORY, QUANTIZED, size
 from ecospec.experiment.config import ConfigError, validate_job
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZED = sorted(
     p.stem
-    for p in (ROOT / "conf" / "model").glob("*.yaml")
+    for p in (conf_dir() / "model").glob("*.yaml")
     if (load_model_config(p.stem).get("facts") or {}).get("hf_config")
 )
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 

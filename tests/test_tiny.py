@@ -408,8 +408,8 @@ def test_sorted_experts_kernel_is_the_eager_loop_and_deterministic_on_two_thread
 
 
 def test_seed_budgets_are_the_full_recipe_with_every_seed_moved():
-    """The across-builds study's builds (benchmarks/across_builds.py): the full recipe, each stage's seed moved, so
-    another draw of the same weights; never the release."""
+    """The across-builds study's builds (benchmarks/studies/across_builds.py): the full recipe, each stage's seed
+    moved, so another draw of the same weights; never the release."""
     full, one = tiny_build.BUDGETS["full"], tiny_build.BUDGETS["full-seed1"]
     for stage in ("target", "drafter", "traces", "predictor"):
         assert getattr(one, stage).seed == getattr(full, stage).seed + 1000, stage

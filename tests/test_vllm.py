@@ -74,7 +74,7 @@ def _prompts(n: int) -> list[list[int]]:
 
 
 def _settings(**kw) -> dict:
-    s = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "backend" / "vllm.yaml"))
+    s = OmegaConf.to_container(OmegaConf.load(ecospec.conf_dir() / "backend" / "vllm.yaml"))
     return {**s, "dtype": "float32", "tp": 1, "served_name": "test", "enforce_eager": True, **kw}
 
 
@@ -118,7 +118,7 @@ def test_vllm_greedy_ar_equals_ecospec_ar_token_for_token(checkpoint, tmp_path):
 
 
 def _cell_cfg(checkpoint: Path, tmp_path: Path, *overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ecospec.conf_dir()), version_base="1.3"):
         cfg = compose(
             "config",
             overrides=[

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from ecospec import conf_dir
 from ecospec.cache import cache_root
 from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids, is_heldout, select_split
@@ -24,7 +25,7 @@ from ecospec.predictor.traces import load_traces, route_batch
 from ecospec.store import predictor_root, stored_predictor, traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = conf_dir()
 QUICK = ["threads=1", "progress=false"]
 
 

@@ -7,6 +7,8 @@ transformers.
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
+from pathlib import Path
 
 try:
     __version__ = version("ecospec")
@@ -19,7 +21,12 @@ _LAZY = {
     "select": "ecospec.selection",
     "select_batch": "ecospec.selection",
 }
-__all__ = ["__version__", "generate", "generate_batch", "select", "select_batch"]
+__all__ = ["__version__", "conf_dir", "generate", "generate_batch", "select", "select_batch"]
+
+
+def conf_dir() -> Path:
+    """The Hydra configs (model/, method/, ...): package data, so a wheel install has them as the source tree does."""
+    return Path(str(files(__name__) / "conf"))
 
 
 def __getattr__(name: str):

@@ -11,7 +11,7 @@
   N / ranks whole experts.
 
 Every rank holds the same routers (replicated in every plan), so routing captured on any rank is the model's.
-What each family's plan shards, read from transformers' config classes (no download; `plan_summary`):
+What each family's plan shards, read from transformers' config classes (no download; `plans`):
 Qwen3-MoE and Mixtral shard attention and experts; DeepSeek-V3 the experts and dense MLPs (its MLA attention is
 replicated); GPT-OSS's TP plan shards only the input embedding, so under ``tp`` every GPU holds every expert
 and layer, and its ``ep`` forward fails in transformers (`BROKEN`): GPT-OSS beyond one GPU runs ``device_map``.
@@ -106,15 +106,6 @@ def rank_layout_problem(ranks: int, gpus_per_node: int | None) -> str | None:
     if gpus_per_node and ranks > 1 and ranks % gpus_per_node:
         return f"ranks={ranks} is not a multiple of the {gpus_per_node} GPUs per node (hydra.launcher.gpus_per_node)"
     return None
-
-
-def plan_summary(family: str) -> str:
-    """What the family's TP plan shards, in words (a line for the sizing command and the docs)."""
-    tp = plans(family)["tp"]
-    parts = sorted({key.split(".")[2] if key.startswith("layers.") else key for key in tp})
-    return f"{family}: TP plan shards {', '.join(parts) or 'nothing'}" + (
-        "; EP plan: experts" if plans(family)["ep"] else ""
-    )
 
 
 def distributed_config(mode: str, world: int):

@@ -103,11 +103,6 @@ def ratio(num: int, den: int) -> Statistic:
     return lambda sums: sums[0][:, num] / sums[0][:, den]
 
 
-def mean_over_strata(per_stratum: Statistic) -> Statistic:
-    """The mean over strata of one statistic computed per stratum (a row averaging benchmarks)."""
-    return lambda sums: np.mean([per_stratum([s]) for s in sums], axis=0)
-
-
 def ratio_of(a: Statistic, b: Statistic, columns_a: slice, columns_b: slice) -> Statistic:
     """a / b where a reads columns `columns_a` of each unit and b `columns_b`: two cells' estimates on the same
     units (method against method), each with its own denominator."""

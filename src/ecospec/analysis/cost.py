@@ -27,22 +27,21 @@ Against the EcoSpec paper (Table 2, from its own E values; `tests/test_cost.py`)
 The overlap paper's "TE pred." (its Table 1) is `target_efficiency` of per-GPU, per-layer sizes in MiB:
 C_expert = one expert's bytes / TP and C_dense = one decoder layer's attention bytes / TP.
 
-Model configs: a `conf/model` name is read from ``$ECOSPEC_CONF/model/<name>.yaml`` (default: the repository's
-``conf/``, found from this file in the source tree; a wheel install has none, so set ECOSPEC_CONF or pass the
-config mapping). The HF config comes from ``facts.hf_config``, else from the tiny preset (source random), the
-build budget's recipe (source tiny) or ``AutoConfig.from_pretrained(target)`` (source hf); parameters are counted
-exactly on the meta device (`ecospec.models.config_moe_info`).
+Model configs: a `conf/model` name is read from ``ecospec.conf_dir() / "model" / "<name>.yaml"`` (package data,
+so a wheel install has them), or pass the config mapping. The HF config comes from ``facts.hf_config``, else from
+the tiny preset (source random), the build budget's recipe (source tiny) or ``AutoConfig.from_pretrained(target)``
+(source hf); parameters are counted exactly on the meta device (`ecospec.models.config_moe_info`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from ecospec import conf_dir
 from ecospec.analysis.hardware import HARDWARE, Hardware
 
 # storage format -> (bytes per value, default values per scale, bytes per scale)
@@ -71,10 +70,6 @@ def expert_bytes(params: float, storage: str, block: int | None = None) -> float
     return params * width + (params / per_scale * scale_bytes if scale_bytes else 0.0)
 
 
-def conf_dir() -> Path:
-    return Path(os.environ.get("ECOSPEC_CONF") or Path(__file__).resolve().parents[3] / "conf")
-
-
 def load_model_config(name: str) -> dict:
     """`conf/model/<name>.yaml` as a plain dict (no Hydra)."""
     from omegaconf import OmegaConf
@@ -82,7 +77,7 @@ def load_model_config(name: str) -> dict:
     path = conf_dir() / "model" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'} (set ECOSPEC_CONF?)")
+        raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'}")
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 

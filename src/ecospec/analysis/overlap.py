@@ -157,16 +157,6 @@ def _scalar(x: np.ndarray) -> float | np.ndarray:
     return float(x) if x.ndim == 0 else x
 
 
-def overlap_by_distance(routes, max_distance: int = 4) -> np.ndarray:
-    """Empirical overlap ratio at step distance d = 1 .. max_distance: [max_distance] (entry d−1)."""
-    routes = _check(routes, None)
-    bitsets = _bitsets(routes, int(routes.max()) + 1)
-    k, layers = routes.shape[2], routes.shape[1]
-    pairs = np.maximum(len(routes) - np.arange(1, max_distance + 1), 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return _intersections(bitsets, max_distance).sum(axis=1) / (pairs * layers * k)
-
-
 def routing_counts(routes, n_experts: int, max_distance: int = 4, window: int = 4) -> RoutingCounts:
     """Count what `RoutingStats` needs from one sequence's routes [tokens, layers, k]."""
     routes = _check(routes, n_experts)
@@ -191,11 +181,6 @@ def routing_counts(routes, n_experts: int, max_distance: int = 4, window: int = 
         windows=windows,
         unions=unions,
     )
-
-
-def routing_stats(routes, n_experts: int, max_distance: int = 4, window: int = 4) -> RoutingStats:
-    """Overlap by distance, its baselines, per-layer step-1 overlap and unique experts per window of one sequence."""
-    return RoutingStats.from_counts(routing_counts(routes, n_experts, max_distance, window))
 
 
 def pooled(
@@ -224,11 +209,11 @@ def pooled(
     )
 
 
-def _check(routes, n_experts: int | None) -> np.ndarray:
+def _check(routes, n_experts: int) -> np.ndarray:
     routes = np.asarray(routes)
     if routes.ndim != 3 or not np.issubdtype(routes.dtype, np.integer) or routes.size == 0:
         raise ValueError(f"routes must be a non-empty int array [tokens, layers, k], got {routes.dtype} {routes.shape}")
-    if routes.min() < 0 or (n_experts is not None and routes.max() >= n_experts):
+    if routes.min() < 0 or routes.max() >= n_experts:
         raise ValueError(f"expert ids must lie in [0, {n_experts}), got {routes.min()}..{routes.max()}")
     return routes
 

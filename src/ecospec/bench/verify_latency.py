@@ -68,12 +68,12 @@ def model_config(name: str | Mapping) -> dict:
         return dict(name)
     import yaml
 
-    from ecospec.analysis.cost import conf_dir
+    from ecospec import conf_dir
 
     path = Path(name) if str(name).endswith((".yaml", ".yml")) else conf_dir() / "model" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'} (set ECOSPEC_CONF?)")
+        raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'}")
     return yaml.safe_load(path.read_text())
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 CLOCKS = ("auto", "wall", "thread_cpu")
-# what `clock: auto` picks on a CPU at one intra-op thread (benchmarks/clock_spread.py measured the choice)
+# what `clock: auto` picks on a CPU at one intra-op thread (benchmarks/studies/clock_spread.py measured the choice)
 CPU_DEFAULT = "thread_cpu"
 
 

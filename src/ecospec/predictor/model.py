@@ -196,19 +196,13 @@ class ExpertPredictor(nn.Module):
         s.slots.keep_rows(keep)
 
     @torch.no_grad()
-    def score_tree(self, new_tokens: torch.Tensor, tree: DraftTree) -> torch.Tensor:
-        """Logits [1 + len(tree), L, N] of the root (last of `new_tokens` [1, m]) and every tree node.
-
-        One forward over the tokens committed since the last call followed by all nodes: the new tokens
-        are causal behind the cached context; node i sits at root position + depth and sees the context
-        and its ancestors (the verification mask). The nodes' cache entries are dropped next call.
-        """
-        return self.score_rows([new_tokens[0]], [tree])[0]
-
-    @torch.no_grad()
     def score_rows(self, new_tokens: list[torch.Tensor], trees: list[DraftTree]) -> list[torch.Tensor]:
-        """`score_tree` for every row of the batch in one forward: new_tokens[b] [m_b], trees[b] -> per row the
-        logits [1 + len(trees[b]), L, N] of its root and its nodes."""
+        """Per row b of the batch, the logits [1 + len(trees[b]), L, N] of its root (the last of new_tokens[b] [m_b])
+        and every node of trees[b], all rows in one forward.
+
+        The tokens committed since the last call are causal behind the cached context; node i sits at root
+        position + depth and sees the context and its ancestors (the verification mask). The nodes' cache entries
+        are dropped next call."""
         s = self.session
         if len(new_tokens) != s.slots.rows or len(trees) != s.slots.rows:
             raise ValueError(f"score_rows: {len(new_tokens)} rows for a predictor session of {s.slots.rows} rows")

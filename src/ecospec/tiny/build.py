@@ -162,7 +162,7 @@ def with_seed(budget: Budget, seed: int, name: str) -> Budget:
     )
 
 
-# the across-builds study's other draws of the full recipe (benchmarks/across_builds.py): trained into the cache
+# the across-builds study's other draws of the full recipe (benchmarks/studies/across_builds.py): trained into the cache
 # on first use, never released (the release is seed 0)
 BUDGETS.update({f"full-seed{k}": with_seed(BUDGETS["full"], 1000 * k, f"full-seed{k}") for k in (1, 2)})
 

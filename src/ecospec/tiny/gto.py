@@ -8,8 +8,8 @@ step of 2 windows x 8 groups x 8 positions grows 2 x 64 trees per head, trained 
 pass per window and the EAGLE-3 loss: ~2.3 s on 2 threads, so 100 steps). lr 3e-4 (GTO's 5e-6 is for 8B-scale
 heads trained for epochs; the tiny head was trained at 3e-3), 10 warm-up steps.
 
-What moves alpha here (`benchmarks/gto_study.py`, 8 held-out prompts x 64 tokens of gsm8k / humaneval / math500 /
-mtbench, T = 0): this recipe 1.003x the EAGLE-3 head's mean alpha; the same 100 steps without the GTO term
+What moves alpha here (`benchmarks/studies/gto_study.py`, 8 held-out prompts x 64 tokens of gsm8k / humaneval /
+math500 / mtbench, T = 0): this recipe 1.003x the EAGLE-3 head's mean alpha; the same 100 steps without the GTO term
 (continued EAGLE-3 training on the same texts) 0.930x, so GTO's term is worth +8 % against same-compute continued
 training, but not against the head it starts from. 200 steps 1.018x (10 min: over the budget), 200 steps of one
 window 0.992x; 16 groups x 4 positions 1.004x; training trees of depth 4, top-3 0.963x; lr 6e-4, 1e-3 or 3e-3

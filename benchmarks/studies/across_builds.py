@@ -1,6 +1,6 @@
 """The embedded default's answer across builds: EcoSpec against EAGLE-3 on three draws of the same recipe.
 
-    python benchmarks/across_builds.py [--budgets full full-seed1 full-seed2] [--out DIR]
+    python benchmarks/studies/across_builds.py [--budgets full full-seed1 full-seed2] [--out DIR]
 
 The release is the full recipe at seed 0; `full-seed1` and `full-seed2` (ecospec.tiny.build.BUDGETS) move every
 stage's seed, trained into the cache on first use (about 25 minutes each on 2 cores; never released). On each
@@ -8,7 +8,8 @@ build, in a fresh process, `make demo`'s job (`python run.py experiment=demo mod
 EAGLE-3 and EcoSpec interleaved prompt by prompt on 16 held-out prompts x 64 tokens, 4 from each offline
 benchmark, at the model's γ, one torch thread, the decoding thread's CPU time), then one table: per build α, E,
 both speedups and EcoSpec against EAGLE-3 with its paired 95 % interval; across builds the mean and range of that
-ratio and whether its sign holds. Writes across_builds.md and across_builds.json under --out (default: print only).
+ratio and whether its sign holds. Writes across_builds.md and across_builds.json under --out (default: print only),
+each naming the commit it ran at.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+
+from provenance import run_commit  # noqa: E402
 
 from ecospec.experiment.demo_job import pct_interval  # noqa: E402
 from ecospec.tiny.release import processor  # noqa: E402
@@ -86,20 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_demo(b, Path(tmp)) for b in args.budgets]
-    text = table(rows)
+    text, commit = table(rows), run_commit()
     head = (
-        f"# The embedded default's answer across builds\n\n`python benchmarks/across_builds.py` on "
+        f"# The embedded default's answer across builds\n\n`python benchmarks/studies/across_builds.py` on "
         f"{processor()}, {os.cpu_count()} cores, one torch thread per demo; {rows[0]['prompts']} held-out prompts "
         f"x {rows[0]['max_new_tokens']} tokens, greedy, γ = {rows[0]['gamma']}, speedups on "
         f"{'the decoding thread' + chr(39) + 's CPU time' if rows[0].get('clock') == 'thread_cpu' else 'wall'}"
         f" (paired bootstrap over prompts). Builds: full = the release (seed 0), full-seed1/2 = the same recipe "
-        "with every stage's seed moved (ecospec.tiny.build.with_seed), trained on this machine.\n"
+        "with every stage's seed moved (ecospec.tiny.build.with_seed), trained on this machine. Commit "
+        f"{commit}.\n"
     )
     print(head + "\n" + text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "across_builds.md").write_text(head + "\n" + text + "\n")
-        (args.out / "across_builds.json").write_text(json.dumps(rows, indent=1, default=str))
+        (args.out / "across_builds.json").write_text(
+            json.dumps({"commit": commit, "rows": rows}, indent=1, default=str)
+        )
     return 0
 
 

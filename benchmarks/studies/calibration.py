@@ -6,10 +6,11 @@ chain does? On held-out HumanEval + GSM8K prompts (never the calibration's train
 2. AR, the chain (depth gamma-1, top-1), the paper's tree (depth 3, top-2, confidence) and EcoSpec on the same tree,
    each at temperature 1 and at the calibrated one, interleaved prompt by prompt: alpha, tokens/s, E.
 
-    python benchmarks/calibration.py [--prompts 8] [--tokens 64] [--gamma G] [--out reports/tiny]
+    python benchmarks/studies/calibration.py [--prompts 8] [--tokens 64] [--gamma G] [--out reports/tiny]
 
 Writes `calibration.md` and `figures/fig_calibration_tiny.png` (the reliability diagram) under --out (at a --gamma
-other than the model's: `calibration_gamma<G>.md` and `fig_calibration_tiny_gamma<G>.png`, beside them). Exit 1 when the
+other than the model's: `calibration_gamma<G>.md` and `fig_calibration_tiny_gamma<G>.png`, beside them); the .md names
+the commit it ran at. Exit 1 when the
 calibrated confidence tree accepts fewer tokens per step than the chain (the goal), or an output differs from AR's.
 """
 
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import run_commit
 
 import ecospec
 from ecospec.analysis.calibration import collect, reliability
@@ -136,7 +138,7 @@ def main() -> int:
     for name, group in groups.items():
         for run, r in same_states(target, drafter, group, g, a.tokens).items():
             lines.append(f"| {name} | {run} | {r['steps']} | {r['chain']:.2f} | {r['tree']:.2f} |")
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + f"\n\n`python benchmarks/studies/calibration.py` at commit {run_commit()}.\n"
     print(text)
     a.out.mkdir(parents=True, exist_ok=True)
     # at another gamma than the model's, beside the committed files, never over them

@@ -1,7 +1,7 @@
 """Batched decoding on the embedded default: tokens/s, step time and E against the batch size B, for AR, EAGLE-3
 (confidence), EcoSpec with a buffer per sequence and EcoSpec with one buffer for the batch (`batch_buffer="batch"`).
 
-    python benchmarks/batch_scaling.py [--sizes 1,2,4,8] [--prompts 16] [--tokens 64] [--out DIR]
+    python benchmarks/studies/batch_scaling.py [--sizes 1,2,4,8] [--prompts 16] [--tokens 64] [--out DIR]
 
 Every batch (prompts grouped in dataset order, held-out split of four offline benchmarks) is decoded by the four
 methods one after another, so a machine that slows down slows all of them alike; greedy, no eos (every sequence
@@ -14,7 +14,7 @@ makes --tokens tokens, so AR's passes are all full), one torch thread. Figures:
   batched pass, per method and B; alpha per sequence; outputs equal AR (checked).
 
 --out DIR writes batch_scaling.md (these lines), batch_scaling.json and batch_scaling.png (tokens/s and E against
-B).
+B); the .md and .json name the commit they ran at.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import run_commit
 
 import ecospec
 from ecospec.data import encode_turn, load_prompts
@@ -158,12 +159,17 @@ def main() -> None:
     print("\n".join(lines))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "batch_scaling.json").write_text(json.dumps({"sizes": sizes, "results": res, "lines": lines}))
+        commit = run_commit()
+        (a.out / "batch_scaling.json").write_text(
+            json.dumps({"commit": commit, "sizes": sizes, "results": res, "lines": lines})
+        )
         plot(res, sizes, a.out / "batch_scaling.png")
-        cmd = f"python benchmarks/batch_scaling.py --sizes {a.sizes} --prompts {a.prompts} --tokens {a.tokens}"
+        cmd = f"python benchmarks/studies/batch_scaling.py --sizes {a.sizes} --prompts {a.prompts} --tokens {a.tokens}"
         (a.out / "batch_scaling.md").write_text(
-            f"# Batched decoding against the batch size\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}; CPU wall clock, "
-            "not GPU numbers)\n\n```\n" + "\n".join(lines) + "\n```\n\n![tokens/s and E against B](batch_scaling.png)\n"
+            f"# Batched decoding against the batch size\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}, commit {commit}; "
+            "CPU wall clock, not GPU numbers)\n\n```\n"
+            + "\n".join(lines)
+            + "\n```\n\n![tokens/s and E against B](batch_scaling.png)\n"
         )
 
 

@@ -1,6 +1,6 @@
 """How much a repeated cell's speedup moves under each clock, with the other core idle and busy.
 
-    python benchmarks/clock_spread.py [--repeats 5] [--prompts 8] [--tokens 64] [--method ecospec] [--out DIR]
+    python benchmarks/studies/clock_spread.py [--repeats 5] [--prompts 8] [--tokens 64] [--method ecospec] [--out DIR]
 
 Runs one cell of the embedded default (`python run.py model=tiny method=<method> num_prompts=<prompts>
 max_new_tokens=<tokens> force=true`, the model's γ, EcoSpec and AR interleaved prompt by prompt, transformers'
@@ -11,7 +11,7 @@ during the busy ones they must show the burner at work. Every record holds each 
 seconds (`experiment.clock`), so each repeat gives the speedup under both clocks; the spread is max / min over
 the repeats. Goal (issue 30): at most 1.03 idle and 1.05 busy for the clock the CPU cells use.
 
-Writes clock_spread.md and clock_spread.json under --out (default: print only).
+Writes clock_spread.md and clock_spread.json under --out (default: print only), each naming the commit it ran at.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+
+from provenance import run_commit  # noqa: E402
 
 from ecospec.analysis.bootstrap import speedup  # noqa: E402
 from ecospec.experiment.intervals import speedup_units  # noqa: E402
@@ -153,7 +155,9 @@ def main() -> int:
     print("\n".join(lines))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "clock_spread.json").write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "runs": runs}))
+        (a.out / "clock_spread.json").write_text(
+            json.dumps({"commit": run_commit(), "args": vars(a) | {"out": str(a.out)}, "runs": runs})
+        )
         (a.out / "clock_spread.md").write_text("\n".join(lines) + "\n")
         print(f"wrote {a.out / 'clock_spread.md'}")
     return 0
@@ -161,13 +165,14 @@ def main() -> int:
 
 def table(runs: list[dict], a) -> list[str]:
     cmd = (
-        f"python benchmarks/clock_spread.py --repeats {a.repeats} --prompts {a.prompts} --tokens {a.tokens} "
+        f"python benchmarks/studies/clock_spread.py --repeats {a.repeats} --prompts {a.prompts} --tokens {a.tokens} "
         f"--method {a.method}"
     )
     out = [
         "### Speedup spread of a repeated cell under each clock",
         "",
-        f"`{cmd}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, {processor()}): "
+        f"`{cmd}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {run_commit()}, "
+        f"{os.cpu_count()} cores, {processor()}): "
         f"the embedded default, {a.method} and AR interleaved, {a.prompts} HumanEval prompts x {a.tokens} tokens, "
         f"one torch thread, {a.repeats} repeats each; busy = a CPU-bound process on the side. Spread = max / min "
         "over the repeats (goal: 1.03 idle, 1.05 busy).",

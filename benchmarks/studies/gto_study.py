@@ -3,11 +3,12 @@ alpha of each head against the EAGLE-3 head it started from, on the held-out pro
 benchmarks (greedy, depth 3, top-2, gamma 4 = Table 5's setting). alpha is deterministic at T = 0, so the
 comparison is exact; no timing here.
 
-    python benchmarks/gto_study.py train --out /tmp/gto --name lr3e-3 --set lr=0.003 [--set gto_weight=0 ...]
-    python benchmarks/gto_study.py eval /tmp/gto/lr3e-3 /tmp/gto/ablation [--prompts 8] [--tokens 64]
+    python benchmarks/studies/gto_study.py train --out /tmp/gto --name lr3e-3 --set lr=0.003 [--set gto_weight=0 ...]
+    python benchmarks/studies/gto_study.py eval /tmp/gto/lr3e-3 /tmp/gto/ablation [--prompts 8] [--tokens 64]
 
 `train` runs the stage's own code (`ecospec.tiny.gto.gto_stage`) with `GtoRecipe` fields overridden, on the
-embedded build's target and EAGLE-3 head, and writes `<out>/<name>/head` and `metrics.json`.
+embedded build's target and EAGLE-3 head, and writes `<out>/<name>/head` and `metrics.json` (with the commit it ran
+at).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
+from provenance import run_commit
 
 DATASETS = ("gsm8k", "humaneval", "math500", "mtbench")
 
@@ -51,6 +53,7 @@ def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
     metrics = gto_stage(ctx)
     metrics["seconds"] = time.perf_counter() - t0
     metrics["threads"] = threads
+    metrics["commit"] = run_commit()
     (target_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     print(json.dumps({k: v for k, v in metrics.items() if k != "recipe"}, indent=1), asdict(budget.gto))
 

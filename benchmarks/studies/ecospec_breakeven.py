@@ -8,10 +8,11 @@ From those: the cost of one expert in one layer (expert time / (E x layers)), th
 buys back (break-even: T_pred / (layers x that cost)), and the saving that would put EcoSpec 3 % ahead of
 EAGLE-3 at equal alpha.
 
-    python benchmarks/ecospec_breakeven.py [--prompts 8] [--tokens 64] [--datasets gsm8k,humaneval,math500,mtbench]
+    python benchmarks/studies/ecospec_breakeven.py [--prompts 8] [--tokens 64] [--datasets gsm8k,humaneval,...]
 
 Eager engine only: it times the experts modules inside the eager target's verify passes (`EagerTarget.verify`);
-the compiled engine's experts run inside one graph, which no hook can split.
+the compiled engine's experts run inside one graph, which no hook can split, so it decodes with engine="eager" and
+refuses to report when no verify pass reached the hooks. It prints its result, with the commit it ran at.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import time
 
 import torch
+from provenance import run_commit
 
 import ecospec
 from ecospec.engine import targets
@@ -83,6 +85,7 @@ def main() -> None:
                     depth=3,
                     topk=2,
                     max_new_tokens=args.tokens,
+                    engine="eager",
                 )
                 s = stats[name]
                 steps = res.steps
@@ -93,9 +96,11 @@ def main() -> None:
                 s["pred"] += 0.0 if kind == "oracle" else sum(x.t_pred for x in steps)
                 s["total"] += sum(x.t_total - (x.t_pred if kind == "oracle" else 0.0) for x in steps)
                 s["experts"] += clock.verify_seconds
+    if not stats["eagle3"]["experts"]:
+        raise SystemExit("ecospec_breakeven is eager-only: no verify pass went through EagerTarget.verify's hooks")
     print(
         f"{args.prompts} held-out prompts x {args.tokens} tokens of {args.datasets}, greedy, depth 3, top-2, "
-        f"gamma 4, 1 thread, methods interleaved per prompt"
+        f"gamma 4, 1 thread, methods interleaved per prompt; commit {run_commit()}"
     )
     print(f"{'method':<8} {'alpha':>6} {'E':>6} {'T_step':>8} {'T_verify':>9} {'experts':>8} {'T_pred':>7}  (ms)")
     per = {}

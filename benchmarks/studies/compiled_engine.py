@@ -6,7 +6,7 @@ T_pred / T_verify) under each engine beside the weight bytes each part reads (`w
 compiles the EAGLE-3 head's draft steps and the predictor's pass too, yet on the embedded default both shares grow
 with it, towards what their bytes say (docs/benchmarks.md).
 
-    python benchmarks/compiled_engine.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
+    python benchmarks/studies/compiled_engine.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
 
 A greedy token that differs is reported with the top-2 logit gap of the eager engine at its position: inductor may
 reorder fp32 reductions, so a near-tie (gap below 1e-5) may flip; anything else is a bug.
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import run_commit
 
 import ecospec
 from ecospec.analysis.cost import fit_line, model_cost, verify_hbm_bytes
@@ -99,6 +100,7 @@ def main() -> None:
                 same_steps &= [s.accepted for s in e.steps] == [s.accepted for s in c.steps]
     ms = {f"{m} {e}": 1e3 * cpu[m, e] / count[m, e] for m, e in cpu}
     result = {
+        "commit": run_commit(),
         "prompts": a.prompts,
         "tokens": a.tokens,
         "gamma": a.gamma,
