@@ -15,6 +15,7 @@ import torch
 
 from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kind, predictor_path
 from ecospec.experiment.engines import CellEngine
+from ecospec.identity import random_checkpoint_key
 
 RANDOM_BACKBONE = {
     "model_type": "qwen3",
@@ -98,8 +99,7 @@ def random_checkpoint(model: dict) -> Path:
     from ecospec.models.byte_tokenizer import VOCAB_SIZE
     from ecospec.parallel import is_main, world
 
-    key = {"preset": model["preset"], "seed": model.get("seed", 0), "vocab": VOCAB_SIZE, "dtype": model.get("dtype")}
-    where = cache_root() / "random" / f"{model['preset']}-{digest(key)}"
+    where = cache_root() / "random" / f"{model['preset']}-{digest(random_checkpoint_key(model, VOCAB_SIZE))}"
     if is_main() and not (where / "config.json").exists():
         target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
         tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
