@@ -72,7 +72,7 @@ def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
 def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     from ecospec.drafters.eagle3_checkpoint import load_eagle3, save_eagle3
     from ecospec.drafters.gto_train import GtoSettings, train_gto
-    from ecospec.experiment.components import _local, _tiny_dirs, load_target_and_tokenizer
+    from ecospec.experiment.components import load_target_and_tokenizer, local_path, tiny_dirs
 
     g, model = d["gto"], d["model"]
     target, tokenizer = load_target_and_tokenizer(model, device)
@@ -86,7 +86,7 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
 
         where, head = "random", init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
     else:
-        where = _tiny_dirs(model)["drafter"] / "head" if path is None else _local(path)
+        where = tiny_dirs(model)["drafter"] / "head" if path is None else local_path(path)
         head = load_eagle3(where, target.config)
     head = head.to(device=target.device, dtype=torch.float32)
     root = gto_root(model)

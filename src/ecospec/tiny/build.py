@@ -47,6 +47,7 @@ import numpy as np
 
 from ecospec.atomic import replace_dir
 from ecospec.cache import cache_root
+from ecospec.experiment.components import load_build
 from ecospec.identity import release_identity, stage_keys, tiny_version
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
 from ecospec.tiny.calibrate import recipe as calibrate_recipe
@@ -62,7 +63,7 @@ from ecospec.tiny.predictor import (
     traces_stage,
     traces_summary,
 )
-from ecospec.tiny.target import TargetRecipe
+from ecospec.tiny.target import TargetRecipe, load_trained
 
 DEFAULT_THREADS = 2
 ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
@@ -243,7 +244,7 @@ class Context:
         return np.load(self.dirs["corpus"] / f"{split}.npy")
 
     def target(self, **kwargs):
-        return _load_model(self.dirs["target"] / "model", **kwargs)
+        return load_trained(self.dirs["target"] / "model", **kwargs)
 
 
 @dataclass(frozen=True)
@@ -636,14 +637,6 @@ def status(budget: str | Budget = "full") -> dict:
 # ------------------------------------------------------------------------------------------------- loaders
 
 
-def _load_model(path: Path, **kwargs):
-    from transformers import AutoModelForCausalLM
-
-    kwargs.setdefault("attn_implementation", "sdpa")
-    kwargs.setdefault("experts_implementation", "eager")
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-
-
 def load_tiny_tokenizer(budget: str | Budget = "full", progress: bool = True):
     """The embedded tokenizer (``AutoTokenizer``): the release's, or a cache build's (built on first use)."""
     from transformers import AutoTokenizer
@@ -656,17 +649,15 @@ def load_tiny_target(budget: str | Budget = "full", progress: bool = True, **kwa
     """The embedded target (``Qwen3MoeForCausalLM``, eval mode): the release's, or a cache build's. ``kwargs`` go to
     ``from_pretrained`` (default: float32, eager attention and experts, like ``ecospec.models.tiny_model``)."""
     build(budget, until="target", progress=progress)
-    return _load_model(paths(budget)["target_model"], **kwargs)
+    return load_trained(paths(budget)["target_model"], **kwargs)
 
 
 def load_tiny(budget: str | Budget = "full", calibrated: bool = True):
     """``(target, tokenizer, drafter, predictor)`` of the embedded default (the release, checked; another budget
     or ``$ECOSPEC_TINY=cache``: a cache build, made first where missing): the EAGLE-3 head at its fitted draft
     temperature and the final expert predictor."""
-    from ecospec.tiny.evaluate import load_components
-
     build(budget, progress=False)
-    return load_components(paths(budget), calibrated=calibrated)
+    return load_build(paths(budget), calibrated=calibrated)
 
 
 def with_target(budget: str | Budget, **changes) -> Budget:
