@@ -184,8 +184,13 @@ def cell_config(cfg: DictConfig | Mapping) -> dict:
     return out
 
 
+def config_id(config: Mapping) -> str:
+    """The id of an identity (`cell_config`, `job_config`): the first 12 hex digits of its canonical hash."""
+    return digest(config)
+
+
 def cell_id(cfg: DictConfig | Mapping) -> str:
-    return digest(cell_config(cfg))
+    return config_id(cell_config(cfg))
 
 
 # -------------------------------------------------------------------------------------------------- job identity
@@ -240,7 +245,7 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
 
 
 def job_id(cfg: DictConfig | Mapping) -> str:
-    return digest(job_config(cfg))
+    return config_id(job_config(cfg))
 
 
 # ------------------------------------------------------------------------------------------------ AR baseline key

@@ -20,7 +20,9 @@ from ecospec.data.split import SPLITS
 from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
 from ecospec.experiment.clock import CLOCKS
-from ecospec.identity import cell_config, cell_id, job_config, job_id, job_kind
+from ecospec.identity import cell_config, config_id, job_config, job_kind
+from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
+from ecospec.identity import job_id as job_id  # re-exported: interleave and tests/test_identity.py
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
@@ -65,8 +67,8 @@ def job_name(cfg: DictConfig | Mapping) -> str:
     if kind == "traces":
         t = c["traces"]
         part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
-        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{job_id(cfg)[:6]}"
-    return f"{kind}-{c['model']['name']}-{job_id(cfg)[:6]}"
+        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{config_id(c)[:6]}"
+    return f"{kind}-{c['model']['name']}-{config_id(c)[:6]}"
 
 
 def _num(x: float) -> str:
@@ -85,7 +87,7 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
-    return f"{head}-{knobs}-{cell_id(cfg)[:6]}"
+    return f"{head}-{knobs}-{config_id(c)[:6]}"
 
 
 def _cell_resolver(*, _root_: DictConfig) -> str:

@@ -17,7 +17,16 @@ from ecospec.experiment.components import pick_device, tiny_weights
 from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
-from ecospec.identity import WEIGHTS_KINDS, aside_name, job_config, job_id, job_kind, record_stands, weights_tag
+from ecospec.identity import (
+    WEIGHTS_KINDS,
+    aside_name,
+    config_id,
+    job_config,
+    job_id,
+    job_kind,
+    record_stands,
+    weights_tag,
+)
 from ecospec.parallel import env_rank, env_world, init_group, world
 
 RUN_KEYS = (
@@ -173,14 +182,15 @@ def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> 
 def record_head(d: dict) -> dict:
     """A new record of job `d`: what identifies it, its config and start time (status running)."""
     kind = job_kind(d)
+    config = job_config(d)
     record = {
         "schema": SCHEMA,
         "kind": kind,
-        "cell_id": job_id(d),
+        "cell_id": config_id(config),
         "cell": job_name(d),
         "experiment": d.get("name"),
         "status": "running",
-        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
+        "config": {**config, **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
     if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
