@@ -75,6 +75,7 @@ STORE_KEYS = ("source", "target", "preset", "seed", "budget")
 # what two AR baselines share besides the target: prompts and decoding settings
 AR_KEYS = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
 AR_NOT_TARGET = ("drafters", "default_drafter", "predictor", "facts")  # model keys an AR never uses
+AR_DEFAULTS = {"split": "heldout"}  # a config from before the split knob ran the held-out prompts: its AR is theirs
 JOB_BLOCKS = ("model", "dataset", "traces", "training", "gto", "fig1a", "demo", "num_prompts")
 WEIGHTS_KINDS = ("cell", "demo")  # jobs whose record names the embedded default's weights it decoded with
 TINY_CACHE_FORMAT = 1  # bump when the tiny cache's layout or the meaning of a stage's files change
@@ -277,11 +278,11 @@ AR_RULES = (
 
 
 def ar_key(cfg: Mapping, hardware: str, clock: str = "wall") -> dict:
-    """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware (split: heldout
-    where a config predates the knob), less what `AR_RULES` drop."""
+    """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware (`AR_DEFAULTS` where
+    a config predates a knob), less what `AR_RULES` drop."""
     key = {
         "model": {k: v for k, v in cfg["model"].items() if k not in AR_NOT_TARGET},
-        **{k: cfg.get(k, "heldout" if k == "split" else None) for k in AR_KEYS},
+        **{k: cfg.get(k, AR_DEFAULTS.get(k)) for k in AR_KEYS},
         "hardware": hardware,
         "ar_peer": "hf_generate" if times_hf_peer(cfg) else "none",  # which ARs the record chose from
         "clock": clock,

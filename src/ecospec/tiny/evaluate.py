@@ -10,7 +10,7 @@ import torch
 
 from ecospec.experiment.components import load_build
 
-# the name the benchmarks and tests load a build with (`experiment.components.load_build`, the one loader)
+# the name bench.profile, the benchmarks and tests/test_tiny_release.py load a build with: the one loader
 load_components = load_build
 
 METHODS = (  # name, selector, predictor kind (the other methods: python run.py -m experiment=tiny_repro)
