@@ -19,10 +19,11 @@ PINNED = {
 
 @pytest.fixture(scope="module")
 def release():
+    from ecospec.experiment.components import load_build
     from ecospec.tiny.build import paths
-    from ecospec.tiny.evaluate import heldout_ids, load_components
+    from ecospec.tiny.evaluate import heldout_ids
 
-    target, tokenizer, drafter, predictor = load_components(paths("full"))
+    target, tokenizer, drafter, predictor = load_build(paths("full"))
     prompts = [p for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval", "math500", "mtbench"], 2).values() for p in ps]
     torch.set_num_threads(1)
     ar = [ecospec.generate(target, ids, max_new_tokens=48).tokens for ids in prompts]

@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 
 from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
-from ecospec.experiment.config import CELL_KEYS, ConfigError, cell_id, cell_name, validate
+from ecospec.experiment.config import ConfigError, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
+from ecospec.identity import CELL_KEYS, cell_id
 from ecospec.tiny.build import get_budget
 from ecospec.tiny.release import identity as release_identity
 
@@ -110,7 +111,8 @@ def test_every_model_method_pair_composes_and_validates_or_says_why(model, metho
 
 @pytest.mark.parametrize("method", METHODS)
 def test_backend_vllm_takes_what_vllm_runs_and_refuses_the_rest_in_one_line(method):
-    from ecospec.experiment.config import VLLM_METHODS, cell_config
+    from ecospec.experiment.config import VLLM_METHODS
+    from ecospec.identity import cell_config
 
     budget = ["expert_budget=8"] if method in ("moespec", "ecospec_moespec") else []
     cfg = _compose("model=qwen3_30b", "backend=vllm", f"method={method}", *budget)
@@ -307,7 +309,7 @@ def cell(tmp_path):
 def test_engine_knob_identity_and_refusals():
     """engine=eager keeps every id it had; compiled is another cell (and another AR baseline); what the compiled
     engine does not run yet is refused in one line before anything loads."""
-    from ecospec.experiment.cell import ar_key
+    from ecospec.identity import ar_key
 
     a = _compose(*FAST)
     assert cell_id(_compose(*FAST, "engine=eager")) == cell_id(a)

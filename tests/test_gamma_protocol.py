@@ -16,7 +16,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ecospec import conf_dir
-from ecospec.experiment.config import as_dict, cell_id, cell_name
+from ecospec.experiment.config import as_dict, cell_name
+from ecospec.identity import cell_id
 from ecospec.report.gamma import (
     build_gamma,
     choose,

@@ -182,11 +182,11 @@ def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
     import time
 
     from ecospec.engine.compiled import prepare
+    from ecospec.experiment.components import load_build
     from ecospec.tiny.build import paths
-    from ecospec.tiny.evaluate import load_components
 
     torch.set_num_threads(1)
-    target = load_components(paths("full"))[0]
+    target = load_build(paths("full"))[0]
     padded = prepare(target, gamma=6, max_len=512)
     sized = prepare(target, gamma=6, max_len=512, sizes=(2,))
     assert sized.sizes == (1, 2, 6) and padded.sizes == (1, 6)

@@ -361,9 +361,10 @@ def test_build_small_end_to_end(tmp_path, monkeypatch):
     assert all(x["matches_ar"] == 1.0 for x in ev.values())
     pm = summary["stages"]["predictor"]["metrics"]
     assert pm["accuracy"] > 2 * pm["chance"]
-    from ecospec.tiny.evaluate import humaneval_ids, load_components
+    from ecospec.experiment.components import load_build
+    from ecospec.tiny.evaluate import humaneval_ids
 
-    target, tokenizer, drafter, predictor = load_components(tiny_build.paths("small"))
+    target, tokenizer, drafter, predictor = load_build(tiny_build.paths("small"))
     ids = humaneval_ids(tokenizer, 1)[0]
     ar = ecospec.generate(target, ids, max_new_tokens=24)
     sd = ecospec.generate(target, ids, drafter=drafter, selector="ecospec", predictor=predictor, max_new_tokens=24)

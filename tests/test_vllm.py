@@ -142,8 +142,8 @@ def _cell_cfg(checkpoint: Path, tmp_path: Path, *overrides: str) -> dict:
 
 
 def test_vllm_cell_measures_tpot_speedup_and_acceptance_and_stops_its_servers(checkpoint, tmp_path):
-    from ecospec.experiment.config import cell_id
     from ecospec.experiment.vllm_cell import run_vllm_cell
+    from ecospec.identity import cell_id
 
     d = _cell_cfg(checkpoint, tmp_path, "method=eagle3", "batch_size=2")
     rec = run_vllm_cell(d, tmp_path / "cell")

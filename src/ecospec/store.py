@@ -7,8 +7,9 @@
       predictor/work/                       the training run's own checkpoints (resume state)
       gto/head/                             the GTO-trained EAGLE-3 head (EAGLE layout), gto/summary.json, gto/work/
 
-The identity is the target (source, HF id or path, preset, seed, tiny budget): traces and predictors of one
-target serve every cell of it, whatever its dtype, device map or drafter. Stdlib only (validation reads it).
+The identity is the target (`identity.STORE_KEYS`: source, HF id or path, preset, seed, tiny budget): traces and
+predictors of one target serve every cell of it, whatever its dtype, device map or drafter. Light (validation reads
+it): no torch.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ecospec.cache import cache_root, digest
+from ecospec.identity import store_identity
 
-IDENTITY = ("source", "target", "preset", "seed", "budget")
 CONFIG_FILE = "config.json"  # a predictor checkpoint directory holds one (predictor.model.CONFIG_FILE)
 
 
 def model_key(model: Mapping) -> str:
     """`<name>-<hash of the target's identity>`: readable, and distinct for two targets under one name."""
-    return f"{model['name']}-{digest({k: model.get(k) for k in IDENTITY}, 8)}"
+    return f"{model['name']}-{digest(store_identity(model), 8)}"
 
 
 def model_store(model: Mapping) -> Path:

@@ -36,6 +36,7 @@ from ecospec.experiment.metrics import (
     summarize,
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
+from ecospec.identity import ar_key, times_hf_peer
 from ecospec.methods import method as method_spec
 from ecospec.methods import needing_experts
 from ecospec.models import moe_info
@@ -98,7 +99,7 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
             )
             t1, c1 = clock_now()
             row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
-            if ar and _peer(cfg):  # the AR users have, on the same prompt right after ours
+            if ar and times_hf_peer(cfg):  # the AR users have, on the same prompt right after ours
                 hf_tokens, hf_seconds, hf_cpu = hf_generate(
                     comp.target,
                     torch.tensor([ids]),
@@ -145,11 +146,6 @@ def _decode_prompts(
         if interleave_ar:
             ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
     return rows, ar_rows
-
-
-def _peer(cfg: dict) -> bool:
-    """Whether AR is also timed through transformers' `generate` (batch 1; at B > 1 AR stays our batched loop)."""
-    return cfg.get("ar_peer", "hf_generate") == "hf_generate" and cfg["batch_size"] == 1
 
 
 def _budget(cfg: dict, method: dict) -> dict:
@@ -259,24 +255,6 @@ def _decode_batched(comp: Components, prompts, cfg: dict, progress: Progress, in
     order = {p.id: i for i, p in enumerate(prompts)}
     by_prompt = lambda r: (order[r["id"]], r["turn"])
     return sorted(rows, key=by_prompt), batches, sorted(ar_rows, key=by_prompt) if interleave_ar else None, ar_batches
-
-
-def ar_key(cfg: dict, hardware: str, clock: str = "wall") -> dict:
-    """What makes two AR baselines interchangeable: target, prompts, decoding settings, hardware."""
-    model = {k: v for k, v in cfg["model"].items() if k not in ("drafters", "default_drafter", "predictor", "facts")}
-    keys = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
-    peer = "hf_generate" if _peer(cfg) else "none"  # which ARs the record chose from
-    key = {
-        "model": model,
-        **{k: cfg.get(k, "heldout" if k == "split" else None) for k in keys},
-        "hardware": hardware,
-        "ar_peer": peer,
-    }
-    if clock != "wall":  # wall-clock baselines keep the keys they had before the knob
-        key["clock"] = clock
-    if cfg.get("engine", "eager") != "eager":  # so do eager ones: an AR of another engine is another baseline
-        key["engine"] = cfg["engine"]
-    return key
 
 
 def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches, clock: str) -> dict:

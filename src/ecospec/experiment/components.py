@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 
 from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kind, predictor_path
 from ecospec.experiment.engines import CellEngine
+from ecospec.identity import random_checkpoint_key
 
 RANDOM_BACKBONE = {
     "model_type": "qwen3",
@@ -47,7 +49,7 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _local(path: str) -> Path:
+def local_path(path: str) -> Path:
     """A local directory, or a hub id fetched into the HF cache (a cluster's normal path)."""
     if Path(path).is_dir():
         return Path(path)
@@ -60,7 +62,7 @@ def _dtype(name: str | None) -> torch.dtype | str:
     return "auto" if name in (None, "auto") else getattr(torch, name)
 
 
-def _tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
+def tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
     """The embedded default's directories: the release (checked, nothing trains) or, for another budget or
     ECOSPEC_TINY=cache, a cache build made first where missing; `until`: an optional stage too (e.g. "gto")."""
     tiny = importlib.import_module("ecospec.tiny.build")
@@ -71,6 +73,12 @@ def _tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
     if until is not None:
         tiny.build(budget, until=until)  # a no-op once built (and for the release)
     return tiny.paths(budget)
+
+
+_tiny_dirs = tiny_dirs  # the name experiment/vllm_cell.py imports (to move to `tiny_dirs` there)
+
+# where a tiny cell's stage folders come from: `tiny_dirs`, or a build's own folders while it runs (`load_build`)
+TinyDirs = Callable[..., dict[str, Path]]
 
 
 def tiny_weights(model: dict) -> dict:
@@ -98,8 +106,7 @@ def random_checkpoint(model: dict) -> Path:
     from ecospec.models.byte_tokenizer import VOCAB_SIZE
     from ecospec.parallel import is_main, world
 
-    key = {"preset": model["preset"], "seed": model.get("seed", 0), "vocab": VOCAB_SIZE, "dtype": model.get("dtype")}
-    where = cache_root() / "random" / f"{model['preset']}-{digest(key)}"
+    where = cache_root() / "random" / f"{model['preset']}-{digest(random_checkpoint_key(model, VOCAB_SIZE))}"
     if is_main() and not (where / "config.json").exists():
         target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
         tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
@@ -116,9 +123,9 @@ def random_checkpoint(model: dict) -> Path:
     return where
 
 
-def load_target_and_tokenizer(model: dict, device: torch.device):
+def load_target_and_tokenizer(model: dict, device: torch.device, dirs_of: TinyDirs = tiny_dirs):
     """The target (on `device`, spread by the model's device_map, or this rank's shard under tp / ep) and its
-    tokenizer."""
+    tokenizer; `dirs_of`: where a tiny target's stage folders are."""
     mode = parallel_mode(model)
     if model["source"] == "random":
         from ecospec.models import load_target, tiny_model
@@ -140,9 +147,9 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
         from transformers import AutoTokenizer
 
         from ecospec.models import load_target
-        from ecospec.tiny.build import _load_model
+        from ecospec.tiny.target import load_trained
 
-        dirs = _tiny_dirs(model)
+        dirs = dirs_of(model)
         tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
         if mode != "device_map":
             target = load_target(
@@ -153,7 +160,7 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
                 parallel=mode,
             )
             return target, tokenizer
-        target = _load_model(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
+        target = load_trained(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
         return target.to(device), tokenizer
     from transformers import AutoTokenizer
 
@@ -166,7 +173,7 @@ def load_target_and_tokenizer(model: dict, device: torch.device):
     return target, AutoTokenizer.from_pretrained(model["target"])
 
 
-def _draft_temperature(kind: str, model: dict) -> float | tuple[float, ...]:
+def _draft_temperature(kind: str, model: dict, dirs_of: TinyDirs) -> float | tuple[float, ...]:
     """The EAGLE-3 head's draft temperature: `drafters.<kind>.temperature`, a number, null (1.0) or `calibrated`
     (the tiny build's fitted one, `tiny.calibrate`)."""
     value = ((model.get("drafters") or {}).get(kind) or {}).get("temperature")
@@ -175,11 +182,11 @@ def _draft_temperature(kind: str, model: dict) -> float | tuple[float, ...]:
     if value == "calibrated":
         from ecospec.tiny.calibrate import calibrated_temperature
 
-        return calibrated_temperature(_tiny_dirs(model))
+        return calibrated_temperature(dirs_of(model))
     return tuple(map(float, value)) if isinstance(value, list | tuple) else float(value)
 
 
-def _drafter(kind: str | None, model: dict, target):
+def _drafter(kind: str | None, model: dict, target, dirs_of: TinyDirs):
     """The cell's drafter, built by its kind's module (`drafters.registry`)."""
     if kind is None:
         return None
@@ -187,12 +194,12 @@ def _drafter(kind: str | None, model: dict, target):
     from ecospec.drafters.registry import kind as drafter_kind
 
     spec = dict(model["drafters"][kind] or {})
-    temperature = _draft_temperature(kind, model) if drafter_kind(kind).hidden else 1.0
-    ctx = LoadContext(kind, model, spec, target, _local, _tiny_dirs, parallel_mode(model), temperature)
+    temperature = _draft_temperature(kind, model, dirs_of) if drafter_kind(kind).hidden else 1.0
+    ctx = LoadContext(kind, model, spec, target, local_path, dirs_of, parallel_mode(model), temperature)
     return drafter_kind(kind).load(ctx)
 
 
-def _predictor(model: dict, target) -> tuple[Any, float | None]:
+def _predictor(model: dict, target, dirs_of: TinyDirs) -> tuple[Any, float | None]:
     from ecospec.predictor.model import ExpertPredictor
 
     name = predictor_path(model)
@@ -205,33 +212,55 @@ def _predictor(model: dict, target) -> tuple[Any, float | None]:
             pred = ExpertPredictor.from_target(target, backbone)
         return pred.to(target.device).eval(), None
     if model["source"] == "tiny" and name in TINY_CHECKPOINTS:
-        where = _tiny_dirs(model)["predictor"] / name
+        where = dirs_of(model)["predictor"] / name
         if not where.is_dir():
             raise ConfigError(f"model.predictor.checkpoint={name!r}: the tiny build saved no such checkpoint ({where})")
     else:
-        where = _local(name)
+        where = local_path(name)
     pred = ExpertPredictor.load(where, device=target.device)
     info = json.loads((where / "config.json").read_text()).get("info") or {}
     return pred.eval(), info.get("heldout_topk_accuracy")
 
 
-def load_components(cfg: dict, device: torch.device, loaded: Components | None = None) -> Components:
+def load_components(
+    cfg: dict, device: torch.device, loaded: Components | None = None, dirs_of: TinyDirs = tiny_dirs
+) -> Components:
     """Everything a cell needs, on `device` (or spread by the model's device_map); `loaded`: components whose
-    target and tokenizer to share (another method of the same job: `experiment.interleave`)."""
+    target and tokenizer to share (another method of the same job: `experiment.interleave`); `dirs_of`: where the
+    embedded default's stage folders are (`tiny_dirs`: the release or a cache build)."""
     model, method = cfg["model"], cfg["method"]
     if loaded is not None:
         target, tokenizer = loaded.target, loaded.tokenizer
     else:
-        target, tokenizer = load_target_and_tokenizer(model, device)
-    drafter = _drafter(drafter_kind(cfg), model, target)
+        target, tokenizer = load_target_and_tokenizer(model, device, dirs_of)
+    drafter = _drafter(drafter_kind(cfg), model, target, dirs_of)
     predictor, accuracy = None, None
     if method.get("predictor") == "learned":
-        predictor, accuracy = _predictor(model, target)
+        predictor, accuracy = _predictor(model, target, dirs_of)
     elif method.get("predictor") == "oracle":
         predictor = "oracle"
     engine = loaded.engine if loaded is not None else CellEngine(cfg.get("engine") or "eager")
     profile, ref = _profile(cfg, target, device)
     return Components(target, tokenizer, drafter, predictor, accuracy, engine, profile, ref)
+
+
+def load_build(dirs: Mapping[str, Path], calibrated: bool = True, device: torch.device | None = None):
+    """``(target, tokenizer, drafter, predictor)`` of the embedded default from a build's stage folders (a finished
+    build, the release, or one whose stages are still running: its evaluate and calibrate stages), through
+    `load_components` as a tiny cell loads them: the EAGLE-3 head at the build's fitted draft temperature (1.0
+    unless `calibrated`, or before the build has one), the final expert predictor."""
+    cfg = {
+        "model": {
+            "name": "tiny",
+            "source": "tiny",
+            "default_drafter": "eagle3",
+            "drafters": {"eagle3": {"path": None, "temperature": "calibrated" if calibrated else None}},
+            "predictor": {"checkpoint": "final"},
+        },
+        "method": {"name": "tiny_build", "selector": "confidence", "drafter": "eagle3", "predictor": "learned"},
+    }
+    comp = load_components(cfg, device or torch.device("cpu"), dirs_of=lambda model, until=None: dict(dirs))
+    return comp.target, comp.tokenizer, comp.drafter, comp.predictor
 
 
 def _profile(cfg: dict, target, device: torch.device):

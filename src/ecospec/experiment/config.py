@@ -1,4 +1,5 @@
-"""A job's identity, name and validation: everything decided from the composed config before any model loads.
+"""A job's name and validation: everything decided from the composed config before any model loads (what identifies
+a job: `ecospec.identity`).
 
 Jobs (the top-level `job` knob): `cell` (one point of a grid, the default), `traces` (routing traces of one
 dataset, `experiment=traces`) and `predictor` (train the expert predictor, `experiment=predictor`).
@@ -13,18 +14,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ecospec.bench import SETTINGS as FIG1A_KEYS
 from ecospec.bench import settings_problem
-from ecospec.cache import digest
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
 from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
 from ecospec.experiment.clock import CLOCKS
+from ecospec.identity import cell_config, config_id, job_config, job_kind
+from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
+from ecospec.identity import job_id as job_id  # re-exported: interleave and tests/test_identity.py
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
-from ecospec.store import IDENTITY as STORE_IDENTITY
 from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
 from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 
@@ -32,57 +33,12 @@ SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
 JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
 # demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
-DEMO_KEYS = ("gamma", "depth", "topk", "max_new_tokens", "seed", "split")
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
-# What makes two cells different (and what the AR cache key is cut from); execution knobs such as
-# force, device placement, logger or cluster are not part of it.
-CELL_KEYS = (
-    "model",
-    "method",
-    "dataset",
-    "temperature",
-    "top_p",
-    "gamma",
-    "depth",
-    "topk",
-    "batch_size",
-    "batch_buffer",  # sequence | batch (EcoSpec's expert buffer at B > 1); identity only when it changes something
-    "expert_budget",  # MoE-Spec's cap (budgeted methods); with budget_policy, identity only when set
-    "budget_policy",
-    "max_new_tokens",
-    "num_prompts",
-    "seed",
-    "split",  # heldout (the paper's protocol) or all: which prompts num_prompts counts in
-    "trace_steps",  # what the record holds
-    "backend",  # hf (our engine) or vllm: identity only when not hf, with the server settings that change what runs
-    "engine",  # eager | compiled (our engine's forward): identity only when not eager
-)
 BACKENDS = ("hf", "vllm")
-# what a vLLM server does differently (part of a vLLM cell's identity); its interpreter, URL and rounds are run settings
-VLLM_IDENTITY = ("name", "dtype", "tp", "max_model_len", "enforce_eager", "requests", "requests_per_seq")
 ROUTED_ON_CPU = (
     "vLLM returns routed experts only from its Model Runner V2, which needs Triton and a GPU; its CPU "
     "build runs the V1 runner (docs/vllm.md): run it on a GPU, or backend=hf with trace_steps > 0"
-)
-# What identifies a traces job and a predictor job (besides the model's identity); the rest is execution.
-TRACES_KEYS = ("num_prompts", "response_tokens", "part", "parts", "shard_size")
-TRAINING_KEYS = ("datasets", "epochs", "steps", "lr", "batch_size", "window", "levels", "seed")
-GTO_KEYS = (
-    "data",
-    "datasets",
-    "num_prompts",
-    "response_tokens",
-    "steps",
-    "lr",
-    "warmup_steps",
-    "batch_size",
-    "seq_len",
-    "groups",
-    "group_size",
-    "depth",
-    "topk",
-    "seed",
 )
 
 
@@ -101,91 +57,6 @@ def as_dict(cfg: DictConfig | Mapping) -> dict:
     }
 
 
-def cell_config(cfg: DictConfig | Mapping) -> dict:
-    """The keys that identify a cell, resolved (key by key: resolving the `hydra` node here would recurse
-    into the output-dir interpolation that calls this)."""
-    out = {}
-    for k in CELL_KEYS:
-        v = cfg.get(k)
-        out[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
-    # facts are descriptive and cpu_threads only an execution default: neither identifies a cell
-    # the model's gamma is only the default of the cell's own (resolved into `gamma`, which identifies it)
-    out["model"] = {k: v for k, v in dict(out["model"]).items() if k not in ("facts", "cpu_threads", "gamma")}
-    # only the drafter the cell uses identifies it: a drafter added to a model config must not rename its cells
-    used = out["method"].get("drafter")
-    used = out["model"].get("default_drafter") if used == "default" else used
-    if isinstance(out["model"].get("drafters"), dict):
-        out["model"]["drafters"] = {k: v for k, v in out["model"]["drafters"].items() if k == used}
-    if out["model"].get("parallel") in (None, "device_map"):  # one process: what every cell did before the knob
-        out["model"].pop("parallel", None)
-    # the per-sequence buffer, and any buffer at batch size 1, is what every cell did before the knob existed
-    if out.get("batch_buffer") in (None, "sequence") or out.get("batch_size") == 1:
-        out.pop("batch_buffer")
-    if out.get("expert_budget") is None:
-        out.pop("expert_budget")
-        out.pop("budget_policy")
-    if out.get("engine") in (None, "eager"):  # what every cell ran before the knob existed
-        out.pop("engine")
-    backend = out.pop("backend", None) or {"name": "hf"}
-    if backend.get("name", "hf") != "hf":  # an hf cell keeps the id it had before the knob existed
-        out["backend"] = {k: backend.get(k) for k in VLLM_IDENTITY}
-        if backend.get("routed_experts"):  # the record holds vLLM's routes too (cells without them keep their ids)
-            out["backend"]["routed_experts"] = True
-    return out
-
-
-def cell_id(cfg: DictConfig | Mapping) -> str:
-    return digest(cell_config(cfg))
-
-
-def job_kind(cfg: DictConfig | Mapping) -> str:
-    return cfg.get("job") or "cell"
-
-
-def _model_identity(model: Mapping, kind: str) -> dict:
-    """The target as the store knows it (dtype and placement do not change what is made), plus the predictor's
-    backbone for the training job and the prompt format for traces."""
-    extra = ("chat_template",) if kind == "traces" else ()
-    out = {k: model.get(k) for k in ("name", *STORE_IDENTITY, *extra)}
-    if kind == "predictor":
-        out["backbone"] = (model.get("predictor") or {}).get("backbone")
-    if kind == "gto":
-        out["head"] = ((model.get("drafters") or {}).get("eagle3") or {}).get("path")
-        out["chat_template"] = model.get("chat_template")
-    return out
-
-
-def job_config(cfg: DictConfig | Mapping) -> dict:
-    """The keys that identify a job: a cell's `cell_config`; for traces the model, dataset and collection
-    settings; for the predictor the model and the training settings."""
-    kind = job_kind(cfg)
-    if kind == "cell":
-        return cell_config(cfg)
-    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "demo", "num_prompts")
-    d = {k: cfg.get(k) for k in keys}  # not `hydra`
-    d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
-    out = {"job": kind, "model": _model_identity(d["model"], kind)}
-    if kind == "traces":
-        t = d.get("traces") or {}
-        out["dataset"] = d["dataset"]
-        out["traces"] = {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}
-    elif kind == "gto":
-        g = d.get("gto") or {}
-        out["gto"] = {k: g.get(k) for k in GTO_KEYS}
-    elif kind == "fig1a":
-        out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
-    elif kind == "demo":
-        out["demo"] = {**dict(d.get("demo") or {}), **{k: cfg.get(k) for k in DEMO_KEYS}}
-    else:
-        t = d.get("training") or {}
-        out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
-    return out
-
-
-def job_id(cfg: DictConfig | Mapping) -> str:
-    return digest(job_config(cfg))
-
-
 def job_name(cfg: DictConfig | Mapping) -> str:
     """A job's directory name: a cell's `cell_name`; `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`;
     `predictor-<model>-<hash>`."""
@@ -196,8 +67,8 @@ def job_name(cfg: DictConfig | Mapping) -> str:
     if kind == "traces":
         t = c["traces"]
         part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
-        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{job_id(cfg)[:6]}"
-    return f"{kind}-{c['model']['name']}-{job_id(cfg)[:6]}"
+        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{config_id(c)[:6]}"
+    return f"{kind}-{c['model']['name']}-{config_id(c)[:6]}"
 
 
 def _num(x: float) -> str:
@@ -216,7 +87,7 @@ def cell_name(cfg: DictConfig | Mapping) -> str:
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
-    return f"{head}-{knobs}-{cell_id(cfg)[:6]}"
+    return f"{head}-{knobs}-{config_id(c)[:6]}"
 
 
 def _cell_resolver(*, _root_: DictConfig) -> str:

@@ -18,18 +18,81 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
+from ecospec.drafters.gto_train import GtoLog, GtoSettings, train_gto
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
 from ecospec.store import gto_root, stored_gto
 
 STATE = "state.pt"
+
+
+@dataclass(frozen=True)
+class GtoTraining:
+    """How a GTO head trains: the job's `gto` block, or the tiny build's `GtoRecipe`."""
+
+    steps: int
+    lr: float
+    warmup_steps: int
+    batch_size: int
+    seq_len: int
+    groups: int
+    group_size: int
+    depth: int
+    topk: int
+    seed: int
+    gto_weight: float = GtoSettings.gto_weight  # 0: continued EAGLE-3 training alone (the tiny build's ablation)
+
+    @classmethod
+    def of(cls, settings: Mapping) -> GtoTraining:
+        """The fields of `settings` this dataclass names (the rest: data, generation, saving)."""
+        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
+
+
+def train_gto_head(
+    head,
+    target,
+    sequences,
+    training: GtoTraining,
+    progress: Callable[[dict], None] | None = None,
+    state: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
+) -> tuple[object, GtoLog]:
+    """`head` (float32, on the target's device) trained further with GTO on `sequences`
+    (`drafters.gto_train.train_gto`; `state` / `save`: resume and save a run): what `experiment=gto` and the tiny
+    build's GTO stage both run."""
+    settings = GtoSettings(
+        depth=training.depth,
+        topk=training.topk,
+        groups=training.groups,
+        group_size=training.group_size,
+        gto_weight=training.gto_weight,
+    )
+    return train_gto(
+        head.to(device=target.device, dtype=torch.float32),
+        target,
+        sequences,
+        steps=training.steps,
+        lr=training.lr,
+        batch_size=training.batch_size,
+        seq_len=training.seq_len,
+        settings=settings,
+        warmup_steps=training.warmup_steps,
+        seed=training.seed,
+        progress=progress,
+        state=state,
+        save=save,
+        save_every=save_every,
+    )
 
 
 def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
@@ -71,8 +134,7 @@ def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
 
 def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     from ecospec.drafters.eagle3_checkpoint import load_eagle3, save_eagle3
-    from ecospec.drafters.gto_train import GtoSettings, train_gto
-    from ecospec.experiment.components import _local, _tiny_dirs, load_target_and_tokenizer
+    from ecospec.experiment.components import load_target_and_tokenizer, local_path, tiny_dirs
 
     g, model = d["gto"], d["model"]
     target, tokenizer = load_target_and_tokenizer(model, device)
@@ -86,16 +148,14 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
 
         where, head = "random", init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
     else:
-        where = _tiny_dirs(model)["drafter"] / "head" if path is None else _local(path)
+        where = tiny_dirs(model)["drafter"] / "head" if path is None else local_path(path)
         head = load_eagle3(where, target.config)
-    head = head.to(device=target.device, dtype=torch.float32)
     root = gto_root(model)
     work = root / "work"
     if d.get("force") and env_rank() == 0:
         shutil.rmtree(root, ignore_errors=True)
     state = torch.load(work / STATE, weights_only=False) if (work / STATE).is_file() and not d.get("force") else None
     seqs = _sequences(d, target, tokenizer)
-    settings = GtoSettings(depth=g["depth"], topk=g["topk"], groups=g["groups"], group_size=g["group_size"])
     bar = tqdm(
         total=g["steps"],
         initial=state["step"] if state else 0,
@@ -114,21 +174,8 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
         bar.set_postfix(gain=f"{e['reward_gain']:+.4f}", acc=f"{e['accepted']:.2f}")
 
     t0 = time.perf_counter()
-    head, log = train_gto(
-        head,
-        target,
-        seqs,
-        steps=g["steps"],
-        lr=g["lr"],
-        batch_size=g["batch_size"],
-        seq_len=g["seq_len"],
-        settings=settings,
-        warmup_steps=g["warmup_steps"],
-        seed=g["seed"],
-        progress=progress,
-        state=state,
-        save=save,
-        save_every=g["save_every"],
+    head, log = train_gto_head(
+        head, target, seqs, GtoTraining.of(g), progress=progress, state=state, save=save, save_every=g["save_every"]
     )
     bar.close()
     summary = {

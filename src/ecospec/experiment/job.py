@@ -14,9 +14,19 @@ from pathlib import Path
 import torch
 
 from ecospec.experiment.components import pick_device, tiny_weights
-from ecospec.experiment.config import ConfigError, as_dict, job_config, job_id, job_kind, job_name, validate_job
+from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
+from ecospec.identity import (
+    WEIGHTS_KINDS,
+    aside_name,
+    config_id,
+    job_config,
+    job_id,
+    job_kind,
+    record_stands,
+    weights_tag,
+)
 from ecospec.parallel import env_rank, env_world, init_group, world
 
 RUN_KEYS = (
@@ -122,7 +132,7 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
     record = record_head(d)
-    weights = _weights(d) if kind in ("cell", "demo") else None
+    weights = _weights(d) if kind in WEIGHTS_KINDS else None
     t0 = time.perf_counter()
     try:
         validate_job(d)
@@ -159,11 +169,11 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
 def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> dict | None:
     """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
     still there, made with the embedded-default weights in use; one made with others is set aside), else None."""
-    weights = _weights(d) if job_kind(d) in ("cell", "demo") else None
+    weights = _weights(d) if job_kind(d) in WEIGHTS_KINDS else None
     if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
-    if weights is None or (rec.get("env") or {}).get("tiny") == weights:
+    if record_stands(rec, weights):
         return rec
     _set_aside(job_dir, rec, weights)
     return None
@@ -172,14 +182,15 @@ def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> 
 def record_head(d: dict) -> dict:
     """A new record of job `d`: what identifies it, its config and start time (status running)."""
     kind = job_kind(d)
+    config = job_config(d)
     record = {
         "schema": SCHEMA,
         "kind": kind,
-        "cell_id": job_id(d),
+        "cell_id": config_id(config),
         "cell": job_name(d),
         "experiment": d.get("name"),
         "status": "running",
-        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
+        "config": {**config, **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
     if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
@@ -208,16 +219,14 @@ def _weights(d: dict) -> dict | None:
 
 
 def _set_aside(job_dir: Path, old: dict, weights: dict) -> None:
-    """A kept record of the embedded default made with other weights (an earlier release, a cache build) is not
-    this cell's result: renamed, never overwritten, and the cell runs again."""
-    was = (old.get("env") or {}).get("tiny") or {}
-    tag = was.get("identity") or was.get("version") or "unknown"
-    aside = job_dir / f"result.{was.get('source', 'old')}-{tag}.json"
+    """A kept record that no longer stands (`identity.record_stands`) is renamed (`identity.aside_name`), never
+    overwritten, and the cell runs again."""
+    aside = job_dir / aside_name(old)
     (job_dir / RESULT).rename(aside)
-    now_ = weights.get("identity") or weights.get("version")
+    was = weights_tag((old.get("env") or {}).get("tiny") or {})
     print(
-        f"{job_dir.name}: the kept record was made with other embedded-default weights ({tag}, now {now_}); "
-        f"kept as {aside.name}, running again"
+        f"{job_dir.name}: the kept record was made with other embedded-default weights ({was}, now "
+        f"{weights_tag(weights)}); kept as {aside.name}, running again"
     )
 
 

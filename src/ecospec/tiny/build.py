@@ -46,7 +46,9 @@ from typing import Any
 import numpy as np
 
 from ecospec.atomic import replace_dir
-from ecospec.cache import cache_root, digest
+from ecospec.cache import cache_root
+from ecospec.experiment.components import load_build
+from ecospec.identity import release_identity, stage_keys, tiny_version
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
 from ecospec.tiny.calibrate import recipe as calibrate_recipe
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
@@ -61,9 +63,8 @@ from ecospec.tiny.predictor import (
     traces_stage,
     traces_summary,
 )
-from ecospec.tiny.target import TargetRecipe
+from ecospec.tiny.target import TargetRecipe, load_trained
 
-CACHE_FORMAT = 1  # bump when the layout or the meaning of a stage's files change
 DEFAULT_THREADS = 2
 ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
 
@@ -176,10 +177,8 @@ def get_budget(budget: str | Budget) -> Budget:
 
 
 def version(budget: str | Budget = "full") -> str:
-    """The cache folder's name: the recipe's identity and this Python's minor version (the corpus is its stdlib)."""
-    from ecospec.tiny.release import identity
-
-    return digest({"identity": identity(get_budget(budget)), "python": list(sys.version_info[:2])})
+    """The cache folder's name (`identity.tiny_version`): the recipe's identity and this Python's minor version."""
+    return tiny_version(release_identity(STAGES, get_budget(budget)))
 
 
 def source(budget: str | Budget = "full", choice: str | None = None) -> str:
@@ -200,9 +199,7 @@ def root_dir(budget: str | Budget = "full") -> Path:
 
 def on_release_dir(budget: str | Budget = "full") -> Path:
     """Where stages the release does not ship (the routing traces) are built on top of it, by release identity."""
-    from ecospec.tiny.release import identity
-
-    return cache_root() / f"tiny-release-{identity(get_budget(budget))}"
+    return cache_root() / f"tiny-release-{release_identity(STAGES, get_budget(budget))}"
 
 
 # ----------------------------------------------------------------------------------------------- stages
@@ -247,7 +244,7 @@ class Context:
         return np.load(self.dirs["corpus"] / f"{split}.npy")
 
     def target(self, **kwargs):
-        return _load_model(self.dirs["target"] / "model", **kwargs)
+        return load_trained(self.dirs["target"] / "model", **kwargs)
 
 
 @dataclass(frozen=True)
@@ -360,23 +357,6 @@ STAGES: list[Stage] = [
 ]
 
 
-def _stage_keys(budget: Budget) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for stage in STAGES:
-        keys[stage.name] = digest(
-            {
-                "format": CACHE_FORMAT,
-                "python": list(sys.version_info[:2]),
-                "stage": stage.name,
-                "revision": stage.revision,
-                "recipe": stage.recipe_of(budget),
-                "upstream": list(keys.values()),
-            },
-            16,
-        )
-    return keys
-
-
 def paths(budget: str | Budget = "full", choice: str | None = None) -> dict[str, Path]:
     """Directories of the build (they exist once built) or of the release (checked first: ``source``): ``root``,
     one per stage, and shortcuts ``tokenizer`` (HF tokenizer dir) and ``target_model`` (HF model dir, tokenizer
@@ -470,7 +450,7 @@ def build(
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
     stages = STAGES[: names.index(until) + 1] if until is not None else STAGES
     stages = [st for st in stages if not st.optional or st.name == until]  # optional: only when asked for
-    keys = _stage_keys(b)
+    keys = stage_keys(STAGES, b)
     root = root_dir(b)
     summary: dict = {"budget": b.name, "version": version(b), "root": str(root), "stages": {}}
     old_threads = torch.get_num_threads()
@@ -642,7 +622,7 @@ def status(budget: str | Budget = "full") -> dict:
                     **(done[stage.name] or {}),
                 }
         return out
-    keys = _stage_keys(b)
+    keys = stage_keys(STAGES, b)
     root = root_dir(b)
     out: dict = {"budget": b.name, "version": version(b), "root": str(root), "source": "cache", "stages": {}}
     for stage in STAGES:
@@ -657,14 +637,6 @@ def status(budget: str | Budget = "full") -> dict:
 # ------------------------------------------------------------------------------------------------- loaders
 
 
-def _load_model(path: Path, **kwargs):
-    from transformers import AutoModelForCausalLM
-
-    kwargs.setdefault("attn_implementation", "sdpa")
-    kwargs.setdefault("experts_implementation", "eager")
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-
-
 def load_tiny_tokenizer(budget: str | Budget = "full", progress: bool = True):
     """The embedded tokenizer (``AutoTokenizer``): the release's, or a cache build's (built on first use)."""
     from transformers import AutoTokenizer
@@ -677,17 +649,15 @@ def load_tiny_target(budget: str | Budget = "full", progress: bool = True, **kwa
     """The embedded target (``Qwen3MoeForCausalLM``, eval mode): the release's, or a cache build's. ``kwargs`` go to
     ``from_pretrained`` (default: float32, eager attention and experts, like ``ecospec.models.tiny_model``)."""
     build(budget, until="target", progress=progress)
-    return _load_model(paths(budget)["target_model"], **kwargs)
+    return load_trained(paths(budget)["target_model"], **kwargs)
 
 
 def load_tiny(budget: str | Budget = "full", calibrated: bool = True):
     """``(target, tokenizer, drafter, predictor)`` of the embedded default (the release, checked; another budget
     or ``$ECOSPEC_TINY=cache``: a cache build, made first where missing): the EAGLE-3 head at its fitted draft
     temperature and the final expert predictor."""
-    from ecospec.tiny.evaluate import load_components
-
     build(budget, progress=False)
-    return load_components(paths(budget), calibrated=calibrated)
+    return load_build(paths(budget), calibrated=calibrated)
 
 
 def with_target(budget: str | Budget, **changes) -> Budget:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ecospec.experiment.components import load_build
+
 FILE = "calibration.json"
 DATASETS = ("gsm8k", "humaneval", "math500", "mtbench")  # the four with an offline copy
 
@@ -49,13 +51,12 @@ def train_ids(tokenizer, datasets, n: int) -> list[torch.Tensor]:
 
 def calibrate_stage(ctx) -> dict:
     from ecospec.analysis.calibration import collect, fit_temperatures, nll, reliability
-    from ecospec.tiny.evaluate import load_components
 
     r = CalibrateRecipe(**recipe(ctx.budget))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        target, tokenizer, drafter, _ = load_components(ctx.dirs, calibrated=False)
+        target, tokenizer, drafter, _ = load_build(ctx.dirs, calibrated=False)
         prompts = train_ids(tokenizer, DATASETS, r.prompts_per_dataset)
         if not prompts:
             raise RuntimeError("no calibration prompts: none of gsm8k, humaneval, math500, mtbench loads here")

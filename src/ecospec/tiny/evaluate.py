@@ -8,6 +8,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ecospec.experiment.components import load_build
+
+# the name bench.profile, the benchmarks and tests/test_tiny_release.py load a build with: the one loader
+load_components = load_build
+
 METHODS = (  # name, selector, predictor kind (the other methods: python run.py -m experiment=tiny_repro)
     ("ar", "confidence", None),
     ("confidence", "confidence", None),
@@ -22,27 +27,6 @@ class EvalRecipe:
     gamma: int = 4
     depth: int = 3
     topk: int = 2
-
-
-def load_components(dirs, calibrated: bool = True):
-    """(target, tokenizer, drafter, predictor) of a finished build; the head drafts at the build's calibrated
-    temperature (`tiny.calibrate`) unless `calibrated` is False (or the build has no calibration yet)."""
-    from transformers import AutoTokenizer
-
-    from ecospec.drafters.eagle3 import Eagle3Drafter
-    from ecospec.drafters.eagle3_checkpoint import load_eagle3
-    from ecospec.predictor.model import ExpertPredictor
-    from ecospec.tiny.build import _load_model
-
-    target = _load_model(dirs["target"] / "model")
-    tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
-    head = load_eagle3(dirs["drafter"] / "head", target.config)
-    from ecospec.tiny.calibrate import calibrated_temperature
-
-    temperature = calibrated_temperature(dirs) if calibrated else 1.0
-    drafter = Eagle3Drafter(head, target.get_input_embeddings(), temperature=temperature)
-    predictor = ExpertPredictor.load(dirs["predictor"] / "final")
-    return target, tokenizer, drafter, predictor
 
 
 def humaneval_ids(tokenizer, n: int) -> list[torch.Tensor]:
@@ -77,7 +61,7 @@ def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
     import ecospec
     from ecospec.experiment.metrics import in_loop
 
-    target, tokenizer, drafter, predictor = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_build(dirs)
     prompts = humaneval_ids(tokenizer, r.prompts)
     outs = {name: [] for name, _, _ in METHODS}
     steps = {name: [] for name, _, _ in METHODS}

@@ -1,5 +1,5 @@
 """Build stage (optional, built on first use by method=gto|gto_ecospec): the tiny EAGLE-3 head continued with
-Group Tree Optimization (`ecospec.drafters.gto_train`) on the target's own text, as GTO trains: 256 seeded 64-token
+Group Tree Optimization (the GTO job's `train_gto_head`) on the target's own text, as GTO trains: 256 seeded 64-token
 prompts of the corpus's train split (never benchmark prompts), each continued greedily by the target for 192 tokens
 (batched, ~35 s). The decode tree of the evaluation (depth 3, top-2) is the training tree.
 
@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ecospec.experiment.gto_job import GtoTraining, train_gto_head
 from ecospec.tiny.drafter import stream_windows
 
 
@@ -53,7 +54,6 @@ class GtoRecipe:
 
 def gto_stage(ctx) -> dict:
     from ecospec.drafters.eagle3_checkpoint import load_eagle3, save_eagle3
-    from ecospec.drafters.gto_train import GtoSettings, train_gto
     from ecospec.tiny.experts import NAME
 
     r = ctx.budget.gto
@@ -73,23 +73,8 @@ def gto_stage(ctx) -> dict:
         bar.update(1)
         bar.set_postfix(gain=f"{event['reward_gain']:+.4f}", acc=f"{event['accepted']:.2f}")
 
-    settings = GtoSettings(
-        depth=r.depth, topk=r.topk, groups=r.groups, group_size=r.group_size, gto_weight=r.gto_weight
-    )
     ctx.log(f"GTO: {r.steps} steps x {r.batch_size} x {r.seq_len} tokens, {r.groups} x {r.group_size} trees/window")
-    head, log = train_gto(
-        head,
-        target,
-        train,
-        steps=r.steps,
-        lr=r.lr,
-        batch_size=r.batch_size,
-        seq_len=r.seq_len,
-        settings=settings,
-        warmup_steps=r.warmup_steps,
-        seed=r.seed,
-        progress=progress,
-    )
+    head, log = train_gto_head(head, target, train, GtoTraining.of(asdict(r)), progress=progress)
     bar.close()
     save_eagle3(head, ctx.out / "head", layout="speculators")  # vLLM's own format
     tail = lambda xs: sum(xs[-20:]) / max(len(xs[-20:]), 1)  # noqa: E731

@@ -1,7 +1,7 @@
 """Build stages: routing traces of the tiny target, and the EcoSpec expert predictor trained on them.
 
-The same pipeline a cluster runs for a real target (collect_traces -> train_predictor), with a
-small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
+The same pipeline a cluster runs for a real target (collect_traces -> the predictor job's
+`train_expert_predictor`), with a small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
 
 Why this size: the paper's predictor costs 0.5 % of a verify pass (4 ms against 730 ms). On a CPU a decoder's
 cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32): measured 1.3 ms per step (its
@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ecospec.experiment.predictor_job import PredictorTraining, train_expert_predictor
+from ecospec.models import moe_info
 from ecospec.tiny.drafter import stream_windows
 
 
@@ -62,9 +64,6 @@ def predictor_stage(ctx) -> dict:
     import torch
     from transformers import Qwen3Config
 
-    from ecospec.predictor.model import ExpertPredictor
-    from ecospec.predictor.train import train_predictor
-
     r = ctx.budget.predictor
     target = ctx.target()
     backbone = Qwen3Config(
@@ -77,20 +76,19 @@ def predictor_stage(ctx) -> dict:
         head_dim=r.head_dim,
         max_position_embeddings=4096,
     )
-    torch.manual_seed(r.seed)
-    predictor = ExpertPredictor.from_target(target, backbone)
-    ctx.log(f"training the expert predictor: {r.steps} steps x {r.batch_size} windows of {r.window} tokens")
-    summary = train_predictor(
-        predictor,
-        ctx.dirs["traces"],
-        steps=r.steps,
+    training = PredictorTraining(
         lr=r.lr,
         batch_size=r.batch_size,
         window=r.window,
-        out_dir=ctx.out,
-        checkpoint_at_accuracy=dict(r.thresholds),
-        eval_every=max(1, r.steps // 50),
         seed=r.seed,
+        steps=r.steps,
+        levels=dict(r.thresholds),
+        eval_every=max(1, r.steps // 50),
+    )
+    ctx.log(f"training the expert predictor: {r.steps} steps x {r.batch_size} windows of {r.window} tokens")
+    embedding = target.get_input_embeddings().weight.detach()
+    summary = train_expert_predictor(
+        moe_info(target), embedding, backbone, ctx.dirs["traces"], training, ctx.out, torch.device("cpu")
     )
     return {
         "recipe": asdict(r),

@@ -33,7 +33,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ecospec.atomic import replace_dir
-from ecospec.cache import digest, sha256_file
+from ecospec.cache import sha256_file
+from ecospec.identity import release_identity
 from ecospec.methods import methods
 
 RELEASE_DIR = Path(__file__).with_name("release")
@@ -60,11 +61,10 @@ class ReleaseError(RuntimeError):
 
 
 def identity(budget) -> str:
-    """Hash of what shapes the released weights (see the module docstring)."""
-    from ecospec.tiny.build import CACHE_FORMAT, STAGES
+    """Hash of what shapes the released weights (`identity.release_identity` of the build's stages)."""
+    from ecospec.tiny.build import STAGES
 
-    stages = {s.name: {"revision": s.revision, "recipe": s.recipe_of(budget)} for s in STAGES}
-    return digest({"format": CACHE_FORMAT, "stages": stages}, 16)
+    return release_identity(STAGES, budget)
 
 
 def read_manifest(where: Path = RELEASE_DIR) -> dict | None:
