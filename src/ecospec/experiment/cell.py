@@ -371,7 +371,15 @@ def cell_prompts(d: dict):
     any model loads."""
     ds, split = d["dataset"], d.get("split", "heldout")
     if ds["name"] == "mix":
-        return load_mix(ds["members"], ds["instances"], ds["seed"], d["num_prompts"], split=split)
+        return load_mix(
+            ds["members"],
+            ds["instances"],
+            ds["seed"],
+            d["num_prompts"],
+            split=split,
+            per_member=ds.get("per_member"),
+            turns=ds.get("turns"),
+        )
     return load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
 
 
