@@ -475,10 +475,6 @@ def one_line(record: dict) -> str:
         return f"{record['cell']}{skipped}: {s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
     if record.get("kind") == "fig1a":
         return f"{record['cell']}{skipped}: {s['points']} verify-latency points ({', '.join(s['impls'])}) -> {s['out']}"
-    if record.get("kind") == "demo":
-        from ecospec.experiment.demo_job import table
-
-        return f"{table(s, record.get('config'))}\nfigure: {s['figure']}{skipped}"
     if record.get("kind") == "predictor":
         return (
             f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "

@@ -30,9 +30,7 @@ from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 
 SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
-# demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
-DEMO_KEYS = ("gamma", "depth", "topk", "max_new_tokens", "seed", "split")
+JOBS = ("cell", "traces", "predictor", "gto", "fig1a")  # fig1a: the verify-latency benchmark (ecospec.bench)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 # What makes two cells different (and what the AR cache key is cut from); execution knobs such as
@@ -161,7 +159,7 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     kind = job_kind(cfg)
     if kind == "cell":
         return cell_config(cfg)
-    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "demo", "num_prompts")
+    keys = ("model", "dataset", "traces", "training", "gto", "fig1a", "num_prompts")
     d = {k: cfg.get(k) for k in keys}  # not `hydra`
     d = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v) for k, v in d.items()}
     out = {"job": kind, "model": _model_identity(d["model"], kind)}
@@ -174,8 +172,6 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
         out["gto"] = {k: g.get(k) for k in GTO_KEYS}
     elif kind == "fig1a":
         out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
-    elif kind == "demo":
-        out["demo"] = {**dict(d.get("demo") or {}), **{k: cfg.get(k) for k in DEMO_KEYS}}
     else:
         t = d.get("training") or {}
         out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
@@ -347,26 +343,16 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         problem = settings_problem(d.get("fig1a") or {})
         if problem:
             raise ConfigError(f"fig1a.{problem}")
-    elif kind == "demo":
-        validate_demo(d)
     else:
         validate(d, check_predictor=not awaiting)
 
 
 def _validate_datasets(datasets, key: str, allowed: str) -> None:
-    """A non-empty list of known benchmark names (the demo's, GTO's and the predictor's training sets)."""
+    """A non-empty list of known benchmark names (GTO's and the predictor's training sets)."""
     if not datasets or isinstance(datasets, str):
         raise _bad(key, datasets, allowed)
     for name in datasets:
         _validate_dataset({"name": name}, key)
-
-
-def validate_demo(d: Mapping) -> None:
-    """The demo's datasets and sizes, and every decoding knob a cell would check."""
-    s = d.get("demo") or {}
-    _validate_datasets(s.get("datasets"), "demo.datasets", "a non-empty list of datasets")
-    _positive_ints(s, (("prompts_per_dataset", 1),), "demo.")
-    validate(d)
 
 
 def validate_gto(d: Mapping) -> None:

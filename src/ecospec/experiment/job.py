@@ -122,12 +122,12 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
     record = record_head(d)
-    weights = _weights(d) if kind in ("cell", "demo") else None
+    weights = _weights(d) if kind == "cell" else None
     t0 = time.perf_counter()
     try:
         validate_job(d)
         device = setup_device(d, ranks)
-        if kind in ("cell", "demo", "traces", "gto"):
+        if kind in ("cell", "traces", "gto"):
             check_memory(d, device, ranks)  # before any Hub call: a target that cannot fit never starts a download
         if ranks > 1:
             join_group(d, device, ranks)
@@ -159,7 +159,7 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
 def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> dict | None:
     """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
     still there, made with the embedded-default weights in use; one made with others is set aside), else None."""
-    weights = _weights(d) if job_kind(d) in ("cell", "demo") else None
+    weights = _weights(d) if job_kind(d) == "cell" else None
     if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
