@@ -20,7 +20,6 @@ from omegaconf import DictConfig
 
 from ecospec.experiment.cell import one_line
 from ecospec.experiment.dispatch import run_any
-from ecospec.report.demo import write_demo
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -29,6 +28,8 @@ def main(cfg: DictConfig) -> str:
     record = run_any(cfg, out_dir)
     print(one_line(record), flush=True)
     if record["status"] == "ok" and cfg.get("demo"):  # experiment=demo: its table from the records just made or kept
+        from ecospec.report.demo import write_demo  # the report package pulls in matplotlib: only for the demo
+
         print(write_demo(out_dir, cfg.demo.gpu), flush=True)
     if record["status"] != "ok" and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports failure by its exit code; a sweep goes on (see SweepTable)
