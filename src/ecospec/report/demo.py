@@ -184,6 +184,8 @@ def reading(demo: Demo) -> str:
     """One sentence that reads the table as it is: how much EcoSpec saves in experts, and how its lead over the
     baseline on this CPU splits into acceptance (α) and step time (speedup ∝ α / step time)."""
     by_role = {r.role: r for r in demo.rows}
+    if "baseline" not in by_role or "ecospec" not in by_role:
+        return "(no sentence: it reads EcoSpec against the model's own baseline, interleave=[baseline])"
     e, c = by_role["baseline"], by_role["ecospec"]
     fewer = 1 - c.E / e.E
     alpha = c.alpha / e.alpha - 1
