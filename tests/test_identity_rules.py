@@ -4,12 +4,11 @@ still moves when the knob changes what runs."""
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ecospec import identity
+from ecospec import conf_dir, identity
 from ecospec.experiment.config import as_dict
 from ecospec.identity import (
     AR_RULES,
@@ -26,7 +25,7 @@ from ecospec.identity import (
 )
 from ecospec.store import model_key
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = conf_dir()
 
 
 def _compose(*overrides: str) -> dict:

@@ -21,19 +21,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from provenance import run_commit  # noqa: E402
 
-from ecospec.experiment.demo_job import pct_interval  # noqa: E402
+from ecospec import conf_dir  # noqa: E402
+from ecospec.report.compare import change  # noqa: E402
+from ecospec.report.demo import build  # noqa: E402
 from ecospec.tiny.release import processor  # noqa: E402
+
+GPU = OmegaConf.load(conf_dir() / "experiment" / "demo.yaml").demo.gpu  # the demo's modeled column
 
 
 def run_demo(budget: str, out_dir: Path) -> dict:
-    """One demo on build `budget` in a fresh process; its record's summary, with the build's cache identity."""
+    """One demo on build `budget` in a fresh process; its table's numbers (report.demo), with the build's cache
+    identity."""
     name = f"across-{budget}"
     cmd = [
         sys.executable,
@@ -47,11 +55,21 @@ def run_demo(budget: str, out_dir: Path) -> dict:
     ]
     t0 = time.time()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "ECOSPEC_TINY": ""})
-    (path,) = (out_dir / name).glob("*/result.json")
-    rec = json.loads(path.read_text())
-    if rec["status"] != "ok":
-        raise RuntimeError(f"{budget}: {rec.get('error')}")
-    return {"budget": budget, "seconds": time.time() - t0, "tiny": rec["env"].get("tiny"), **rec["summary"]}
+    (cell_dir,) = [p.parent for p in (out_dir / name).glob("*/demo.md")]  # the demo's cell (run.py wrote its table)
+    demo = build(cell_dir, GPU)
+    rows = {r.role: asdict(r) for r in demo.rows}
+    return {
+        "budget": budget,
+        "seconds": time.time() - t0,
+        "tiny": json.loads((cell_dir / "result.json").read_text())["env"].get("tiny"),
+        "prompts": demo.prompts,
+        "max_new_tokens": demo.max_new_tokens,
+        "gamma": demo.gamma,
+        "clock": demo.clock,
+        "baseline": rows["baseline"],
+        "ecospec": rows["ecospec"],
+        "ecospec_vs_baseline": demo.pair,
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -62,14 +80,14 @@ def table(rows: list[dict]) -> str:
     ]
     ratios = []
     for r in rows:
-        e, c = r["methods"]["EAGLE-3"], r["methods"]["EcoSpec"]
+        e, c = r["baseline"], r["ecospec"]
         iv = r.get("ecospec_vs_baseline")
-        change, noise = pct_interval(iv)
+        versus = change(iv["estimate"], iv["low"], iv["high"]) if iv else "(no interval)"
         ratios.append(iv["estimate"] if iv else c["speedup"] / e["speedup"])
-        band = lambda m: f"{m['speedup']:.2f}x [{m['speedup_interval'][0]:.2f}, {m['speedup_interval'][1]:.2f}]"  # noqa: E731
+        band = lambda m: f"{m['speedup']:.2f}x [{m['interval'][0]:.2f}, {m['interval'][1]:.2f}]"  # noqa: E731
         lines.append(
             f"| {r['budget']} | {e['alpha']:.2f} | {c['alpha']:.2f} | {e['E']:.2f} | {c['E']:.2f} | "
-            f"{band(e)} | {band(c)} | {change}{' (within noise)' if noise else ''} |"
+            f"{band(e)} | {band(c)} | {versus.replace(' ≈', ' (within noise)')} |"
         )
     mean = sum(ratios) / len(ratios)
     signs = {x > 1 for x in ratios}

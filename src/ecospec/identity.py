@@ -68,7 +68,6 @@ GTO_KEYS = (
     "topk",
     "seed",
 )
-DEMO_KEYS = ("gamma", "depth", "topk", "max_new_tokens", "seed", "split")  # besides the `demo` block itself
 # the target as the store knows it: traces and predictors of one target serve every cell of it, whatever its dtype,
 # device map or drafter
 STORE_KEYS = ("source", "target", "preset", "seed", "budget")
@@ -76,8 +75,8 @@ STORE_KEYS = ("source", "target", "preset", "seed", "budget")
 AR_KEYS = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "split", "max_new_tokens", "seed")
 AR_NOT_TARGET = ("drafters", "default_drafter", "predictor", "facts")  # model keys an AR never uses
 AR_DEFAULTS = {"split": "heldout"}  # a config from before the split knob ran the held-out prompts: its AR is theirs
-JOB_BLOCKS = ("model", "dataset", "traces", "training", "gto", "fig1a", "demo", "num_prompts")
-WEIGHTS_KINDS = ("cell", "demo")  # jobs whose record names the embedded default's weights it decoded with
+JOB_BLOCKS = ("model", "dataset", "traces", "training", "gto", "fig1a", "num_prompts")
+WEIGHTS_KINDS = ("cell",)  # jobs whose record names the embedded default's weights it decoded with
 TINY_CACHE_FORMAT = 1  # bump when the tiny cache's layout or the meaning of a stage's files change
 
 
@@ -237,8 +236,6 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
         out["gto"] = {k: g.get(k) for k in GTO_KEYS}
     elif kind == "fig1a":
         out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
-    elif kind == "demo":
-        out["demo"] = {**dict(d.get("demo") or {}), **{k: cfg.get(k) for k in DEMO_KEYS}}
     else:
         t = d.get("training") or {}
         out["training"] = {k: t.get(k) for k in TRAINING_KEYS}

@@ -13,6 +13,7 @@ import json
 import os
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ecospec.data import vendored
@@ -59,18 +60,29 @@ def load_prompts(
 
 
 def load_mix(
-    members: Sequence[str], instances: int, seed: int = 0, limit: int | None = None, split: str = "all"
+    members: Sequence[str],
+    instances: int,
+    seed: int = 0,
+    limit: int | None = None,
+    split: str = "all",
+    per_member: int | None = None,
+    turns: int | None = None,
 ) -> PromptSet:
     """`instances` prompts drawn without replacement, with a fixed seed, from the pooled `split` of the benchmarks
     `members` (paper Table 8: 100 instances from the seven datasets), then the first `limit` of them. They keep
-    the pool's order (members in the given order, each in dataset order), so batches form in a stable order."""
+    the pool's order (members in the given order, each in dataset order), so batches form in a stable order.
+    `per_member`: only each member's first that many prompts enter the pool (drawing all of them gives the first N
+    of every benchmark, `make demo`'s set); `turns`: each prompt keeps its first that many turns (mtbench has two)."""
     if not members:
         raise ValueError("dataset mix: members is empty (name the benchmarks to draw from)")
     if instances < 1:
         raise ValueError(f"dataset mix: instances must be >= 1, got {instances}")
+    for key, value in (("per_member", per_member), ("turns", turns)):
+        if value is not None and value < 1:
+            raise ValueError(f"dataset mix: {key} must be >= 1 or null (all), got {value}")
     pool, sources = [], []
     for name in members:
-        got = load_prompts(name, None, None, split=split)
+        got = load_prompts(name, per_member, None, split=split)
         pool += got
         sources.append(got.source)
     if instances > len(pool):
@@ -78,7 +90,7 @@ def load_mix(
             f"dataset mix: {instances} instances asked, the {split} split of {', '.join(members)} has {len(pool)}"
         )
     drawn = sorted(random.Random(seed).sample(range(len(pool)), instances))
-    prompts = [pool[i] for i in drawn]
+    prompts = [pool[i] if turns is None else replace(pool[i], turns=pool[i].turns[:turns]) for i in drawn]
     return PromptSet(prompts if limit is None else prompts[:limit], source="mix:" + ",".join(sources))
 
 

@@ -349,7 +349,15 @@ def cell_prompts(d: dict):
     any model loads."""
     ds, split = d["dataset"], d.get("split", "heldout")
     if ds["name"] == "mix":
-        return load_mix(ds["members"], ds["instances"], ds["seed"], d["num_prompts"], split=split)
+        return load_mix(
+            ds["members"],
+            ds["instances"],
+            ds["seed"],
+            d["num_prompts"],
+            split=split,
+            per_member=ds.get("per_member"),
+            turns=ds.get("turns"),
+        )
     return load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
 
 
@@ -445,10 +453,6 @@ def one_line(record: dict) -> str:
         return f"{record['cell']}{skipped}: {s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
     if record.get("kind") == "fig1a":
         return f"{record['cell']}{skipped}: {s['points']} verify-latency points ({', '.join(s['impls'])}) -> {s['out']}"
-    if record.get("kind") == "demo":
-        from ecospec.experiment.demo_job import table
-
-        return f"{table(s, record.get('config'))}\nfigure: {s['figure']}{skipped}"
     if record.get("kind") == "predictor":
         return (
             f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "

@@ -31,8 +31,7 @@ from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 
 SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor", "gto", "fig1a", "demo")  # fig1a: the verify-latency benchmark (ecospec.bench);
-# demo: AR, EAGLE-3 and EcoSpec side by side (make demo)
+JOBS = ("cell", "traces", "predictor", "gto", "fig1a")  # fig1a: the verify-latency benchmark (ecospec.bench)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 BACKENDS = ("hf", "vllm")
@@ -218,26 +217,16 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
         problem = settings_problem(d.get("fig1a") or {})
         if problem:
             raise ConfigError(f"fig1a.{problem}")
-    elif kind == "demo":
-        validate_demo(d)
     else:
         validate(d, check_predictor=not awaiting)
 
 
 def _validate_datasets(datasets, key: str, allowed: str) -> None:
-    """A non-empty list of known benchmark names (the demo's, GTO's and the predictor's training sets)."""
+    """A non-empty list of known benchmark names (GTO's and the predictor's training sets)."""
     if not datasets or isinstance(datasets, str):
         raise _bad(key, datasets, allowed)
     for name in datasets:
         _validate_dataset({"name": name}, key)
-
-
-def validate_demo(d: Mapping) -> None:
-    """The demo's datasets and sizes, and every decoding knob a cell would check."""
-    s = d.get("demo") or {}
-    _validate_datasets(s.get("datasets"), "demo.datasets", "a non-empty list of datasets")
-    _positive_ints(s, (("prompts_per_dataset", 1),), "demo.")
-    validate(d)
 
 
 def validate_gto(d: Mapping) -> None:

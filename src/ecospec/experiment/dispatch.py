@@ -9,7 +9,7 @@ from ecospec.experiment.config import job_kind
 
 
 def run_any(cfg, job_dir: str | Path) -> dict:
-    """The job the config names (`job`: cell, traces, predictor, gto, fig1a or demo); a cell on `backend` hf or vllm."""
+    """The job the config names (`job`: cell, traces, predictor, gto or fig1a); a cell on `backend` hf or vllm."""
     kind = job_kind(cfg)
     if kind == "traces":
         from ecospec.experiment.traces_job import run_traces
@@ -27,10 +27,6 @@ def run_any(cfg, job_dir: str | Path) -> dict:
         from ecospec.experiment.fig1a_job import run_fig1a
 
         return run_fig1a(cfg, job_dir)
-    if kind == "demo":
-        from ecospec.experiment.demo_job import run_demo
-
-        return run_demo(cfg, job_dir)
     if ((cfg.get("backend") or {}).get("name") or "hf") == "vllm":
         from ecospec.experiment.vllm_cell import run_vllm_cell
 

@@ -1,6 +1,7 @@
 """Several methods in one job, interleaved prompt by prompt (`interleave=[eagle3,oracle]` beside the cell's own
 method): each prompt is decoded by the cell's method, then by each listed method, then by AR, so a machine that
-slows down slows them all alike and a method-against-method ratio is a ratio of one run (paired, as the demo's).
+slows down slows them all alike and a method-against-method ratio is a ratio of one run (paired; `make demo`
+is one such job).
 
 Each listed method gets the record it would have had run alone, in its own cell directory (the same cell id: the
 knob is no part of any cell's identity), and every record of the group carries `summary.intervals.run`, the

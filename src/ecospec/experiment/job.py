@@ -137,7 +137,7 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     try:
         validate_job(d)
         device = setup_device(d, ranks)
-        if kind in ("cell", "demo", "traces", "gto"):
+        if kind in ("cell", "traces", "gto"):
             check_memory(d, device, ranks)  # before any Hub call: a target that cannot fit never starts a download
         if ranks > 1:
             join_group(d, device, ranks)
