@@ -58,8 +58,8 @@ _KERNEL: list = []  # the C++ loop (kernels/expert_mlp.cpp) once built, or the r
 
 
 def expert_kernel():
-    """The C++ expert loop, built once into `$ECOSPEC_CACHE/torch_extensions` (about 40 s) and loaded from there
-    after; raises with the reason where it cannot be built (no C++ compiler, no ninja)."""
+    """The C++ expert loop, built once into `$ECOSPEC_CACHE/torch_extensions` (the first call compiles it) and loaded
+    from there after; raises with the reason where it cannot be built (no C++ compiler, no ninja)."""
     if not _KERNEL:
         from torch.utils.cpp_extension import load
 
@@ -124,7 +124,7 @@ class StaticQwen3(nn.Module):
 
     Why a tensor per layer and one routes write at the end: a step that writes its rows into a slice of one
     stacked buffer and then reads it is functionalized by the compiler into a copy of the whole buffer per layer
-    and a copy back at the end (O(cache) per step, ~2.6 MB on the embedded default at 512 slots); a write into a
+    and a copy back at the end (O(cache) per step); a write into a
     whole graph input that nothing reads after it is done in place."""
 
     def __init__(self, target, max_len: int, hidden_layers: tuple[int, ...] = (), forced_routing: bool = False):
