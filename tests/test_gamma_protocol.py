@@ -25,8 +25,8 @@ from ecospec.report.gamma import (
     protocol_cells,
     protocol_table,
 )
+from ecospec.report.paper_tables import table01_main
 from ecospec.report.records import frame_of
-from ecospec.report.tables import table01_main
 
 ROOT = Path(__file__).resolve().parents[1]
 

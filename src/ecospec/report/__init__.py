@@ -15,12 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
+from ecospec.report.frame import sweeps
 from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
 from ecospec.report.gamma import build_gamma
+from ecospec.report.modeled import SUMMARY, fit_overheads, gammas_of, modeled_cells, write_summary
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import TABLE_NAMES, build_routing
-from ecospec.report.tables import SPECS, build_tables, fit_overheads, gammas_of, modeled_cells, sweeps
+from ecospec.report.tables import SPECS, build_tables
 from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
 from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_table
@@ -103,8 +105,6 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     tables += gamma_tables + routing_tables + vllm_tables
     missing += gamma_missing + routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
-    from ecospec.report.modeled import SUMMARY, write_summary
-
     modeled_table = next((t for t in tables if t.name == "modeled"), None)
     if modeled_table is not None:  # its inputs alone, so that it can be rebuilt when the cost model changes
         used = modeled_table.used

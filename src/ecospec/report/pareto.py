@@ -1,4 +1,4 @@
-"""The MoE-Spec comparison's figure, from the MoE-Spec table (`tables.table_moespec`), PNG + PDF as
+"""The MoE-Spec comparison's figure, from the MoE-Spec table (`moespec.table_moespec`), PNG + PDF as
 `report/figures.py` writes them:
 
 * fig_moespec_pareto_<model>: speedup against quality at T = 0, one panel per quality measure (budget error rate,
@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
-from ecospec.report.tables import model_label
+from ecospec.report.frame import model_label
 
 FILE_NAME = re.compile(r"fig_moespec_pareto_.+\.(png|pdf)")
 GPU_MARKERS = {"H100": "^", "H200": "s", "B200": "D"}

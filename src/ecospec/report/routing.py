@@ -34,8 +34,9 @@ from ecospec.analysis.ipf import unique_experts
 from ecospec.analysis.overlap import Pooled, pooled
 from ecospec.analysis.stats import size_label
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes
+from ecospec.report.frame import PAPER_GAMMA, at_main, model_label, newest, prepare, sweeps
 from ecospec.report.paper import overlap_paper_values
-from ecospec.report.tables import PAPER_GAMMA, Table, _at, _newest, model_label, prepare, sweeps
+from ecospec.report.write import Table
 
 WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the root
 MAX_DISTANCE = 4  # step distances of Table 17
@@ -391,7 +392,7 @@ def unique_table(data: RoutingData) -> pd.DataFrame:
 
 
 def _labelled(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
-    """The traced records with the tables' method label (tables.prepare), in the tables' order."""
+    """The traced records with the tables' method label (frame.prepare), in the tables' order."""
     if data.traced.empty:
         return data.traced
     df = prepare(frame, defaults)
@@ -518,9 +519,9 @@ def te_cells(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """SD records with a same-batch-size AR step time and a verify time, at the main settings (γ = 4: the paper's
     K = 3) but any batch size, standard drafter and predictor; the newest per cell."""
     df = prepare(frame, defaults)
-    df = _at(df[df["standard"] & (df["role"] != "ar")], batch_size=None, gamma=PAPER_GAMMA)  # the overlap paper's K
+    df = at_main(df[df["standard"] & (df["role"] != "ar")], batch_size=None, gamma=PAPER_GAMMA)  # the overlap paper's K
     df = df[df["ar_t_step_s"].gt(0) & df["t_verify_s"].gt(0) & df["E"].notna()]
-    return _newest(df, ["model", "temperature", "role", "drafter", "batch_buffer", "batch_size", "dataset"])
+    return newest(df, ["model", "temperature", "role", "drafter", "batch_buffer", "batch_size", "dataset"])
 
 
 def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -529,7 +530,7 @@ def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None)
     (`analysis.cost.target_efficiency` with the measured E), gap = measured − predicted; and the cells used."""
     cells = te_cells(frame, defaults)
     ar = prepare(frame, defaults)
-    ar = _at(ar[ar["role"] == "ar"], batch_size=None, gamma=None).drop_duplicates(
+    ar = at_main(ar[ar["role"] == "ar"], batch_size=None, gamma=None).drop_duplicates(
         ["model", "temperature", "batch_size", "dataset"], keep="last"
     )
     ar_e = ar.set_index(["model", "temperature", "batch_size", "dataset"])["E"]

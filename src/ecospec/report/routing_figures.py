@@ -21,9 +21,9 @@ from matplotlib.figure import Figure
 from ecospec.analysis.acceptance import compare_by_depth
 from ecospec.analysis.traces import DraftTokens
 from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
+from ecospec.report.frame import model_label
 from ecospec.report.paper import overlap_paper_values
 from ecospec.report.routing import CORPUS, PAPER_LABELS, RoutingData, RoutingSource, _data_label
-from ecospec.report.tables import model_label
 
 FILE_NAME = re.compile(r"(fig_(overlap_distance|layer_overlap|accept_overlap)_.+|fig_ipf_unique)\.(png|pdf)")
 SOURCE_STYLE = {True: ("tab:green", "s"), False: ("tab:blue", "o")}  # corpus?, (colour, marker)

@@ -25,7 +25,8 @@ from matplotlib.figure import Figure
 
 from ecospec.analysis.cost import target_efficiency
 from ecospec.report.figures import FigureInfo, _save, _slug, remove_stale
-from ecospec.report.tables import Table, model_label, sweeps
+from ecospec.report.frame import model_label, sweeps
+from ecospec.report.write import Table
 
 FILE_NAME = re.compile(r"fig_vllm_tpot_speedup_.+\.(png|pdf)")
 TABLE_NAMES = ["vllm_e2e", "vllm_curve"]

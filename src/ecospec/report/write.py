@@ -9,15 +9,30 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ecospec.report.tables import LABEL_COLUMNS, Table, sweeps
+from ecospec.report.compare import change
+from ecospec.report.frame import LABEL_COLUMNS, sweeps
 
 MISSING = "—"
+
+
+@dataclass
+class Table:
+    """A built table: its frame, how to print it and the records it came from."""
+
+    name: str  # file stem
+    label: str  # "Table 1"
+    title: str
+    note: str
+    frame: pd.DataFrame
+    combine: bool  # print each group's metrics in one cell, "a / b / c"
+    used: pd.DataFrame  # the records behind the cells
 
 
 def _g(digits: int):
@@ -54,7 +69,7 @@ FORMATS = {
     "d": lambda v: f"{v:+.2f}",
     "p": lambda v: f"{v:.1e}",
     "n": lambda v: f"{v:.0f}",
-    # the MoE-Spec table (tables.table_moespec)
+    # the MoE-Spec table (moespec.table_moespec)
     "budget_error_rate": lambda v: f"{v:.1%}",
     "matches_ar": lambda v: f"{v:.2f}",
     "first_divergence": lambda v: f"{v:.1f}",
@@ -143,14 +158,12 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.tables.with_intervals)
+BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.compare.with_intervals)
 
 
 def _cell(df: pd.DataFrame, c: str, i: int, ratio: bool) -> str:
     """Row i's value of column c as printed: with its interval where the table has one ("1.38× [1.21, 1.55]"); on
     a ratio row (method against method) as a change, "+4 % [−2, +9]", ≈ where the interval holds no change."""
-    from ecospec.report.compare import change
-
     v = df[c].iloc[i]
     lo, hi = (df[c + b].iloc[i] if c + b in df else math.nan for b in BOUNDS)
     bounded = not (pd.isna(v) or pd.isna(lo) or pd.isna(hi))
