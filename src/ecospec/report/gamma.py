@@ -129,16 +129,9 @@ def choose(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
-    """One row per model × γ: speedup per method and dataset, each method's mean, the protocol's score, the choice."""
-    cells = protocol_cells(frame, defaults)
-    if cells.empty:
-        return pd.DataFrame()
-    return _table(cells, noise_aware(cells, choose(cells)))
-
-
 def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
-    """`protocol_table` from the protocol's cells and their (noise-aware) choice."""
+    """One row per model × γ: speedup per method and dataset, each method's mean, the protocol's score, the choice
+    (the paper's and the noise-aware one), from the protocol's cells and their choice."""
     wide = cells.pivot_table(index=["model", "gamma"], columns=["role", "dataset"], values="speedup", aggfunc="mean")
     rows = []
     for r in choice.itertuples():
