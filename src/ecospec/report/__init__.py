@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
+from ecospec.report.figures import remove_stale, write_figures
 from ecospec.report.frame import sweeps
 from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
 from ecospec.report.gamma import build_gamma
@@ -35,8 +36,6 @@ FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked pro
 
 
 def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
-    from ecospec.report.figures import write_figures
-
     try:
         conn.send_bytes(pickle.dumps(("ok", write_figures(frame, out, part))))
     except BaseException as e:  # noqa: BLE001 - re-raised by the parent
@@ -48,8 +47,6 @@ def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
 def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
     """Start drawing the figures (fork shares the frame without pickling it); returns a function that waits for
     them and returns the FigureInfo list. Without fork, draws them here and now."""
-    from ecospec.report.figures import remove_stale, write_figures
-
     if "fork" not in mp.get_all_start_methods():
         infos = write_figures(frame, out)
         return lambda: infos

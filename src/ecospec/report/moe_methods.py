@@ -133,7 +133,7 @@ def _profile_lines(profile, digest: str, current: str | None) -> list[str]:
 
 def _profiles(df: pd.DataFrame) -> dict:
     """engine -> (profile, its hash now, the hash the cells used) from the records' `profile` keys."""
-    from ecospec.bench.profile import ProfileMissing, load_profile
+    from ecospec.bench.profile import ProfileMissing, load_profile  # torch: only where records name a profile
 
     out = {}
     for engine, g in df.groupby("engine"):

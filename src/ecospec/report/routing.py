@@ -1,15 +1,7 @@
 """The overlap paper's analyses as report tables: routing overlap (its Tables 2/13, 17-18, 19, 3/20), acceptance
 vs routing (Tables 14-15, 16) and target efficiency (Tables 1, 10, 11), with the paper's values beside ours.
 
-Routing data per model, each row saying which it used (`Data`):
-* "SD records": the committed sequences rebuilt from the verify-pass traces of the model's ok SD records
-  (`analysis.traces.sequence_routes`; cells run with trace_steps > 0), pooled over records, with the datasets as
-  the data slices (Table 18's spread). At T = 0 every method commits the same greedy sequence, so a (dataset,
-  prompt, turn) enters once (its longest trace); sampled (T > 0) sequences all enter.
-* "vLLM records": the committed sequences of `backend=vllm` records run with `backend.routed_experts=true`, routed by
-  vLLM itself (`vllm_backend.routes`), pooled the same way: a second engine's routing beside ours.
-* "tiny corpus": for a tiny model (config source `tiny`) the routing traces of its build (`ecospec.tiny.build`,
-  stage `traces`: the target over corpus windows), when that build is on this machine.
+Routing data per model, each row saying which it used (`Data`): `routing_data.py`.
 Statistics (`analysis.overlap`): overlap at step distance 1-4, its uniform (k/N) and independence baselines,
 per-layer step-1 overlap, unique experts in 4-token windows (the paper's K = 3 drafts + root) and their IPF
 predictions (`analysis.ipf`; uniform and skewed = measured per-expert loads; "—" where the measured overlaps are
@@ -19,10 +11,7 @@ grouped by model, T and method. Figures: `report/routing_figures.py`.
 
 from __future__ import annotations
 
-import warnings
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,31 +19,22 @@ import pandas as pd
 
 from ecospec.analysis.acceptance import anchor_drop, compare_by_depth, held_out
 from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
-from ecospec.analysis.ipf import unique_experts
-from ecospec.analysis.overlap import Pooled, pooled
 from ecospec.analysis.stats import size_label
-from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes
+from ecospec.analysis.traces import DraftTokens
 from ecospec.report.frame import PAPER_GAMMA, at_main, model_label, newest, prepare, sweeps
 from ecospec.report.paper import overlap_paper_values
+from ecospec.report.routing_data import (
+    CORPUS,
+    MAX_DISTANCE,
+    PAPER_LABELS,
+    PAPER_MODELS,
+    RoutingData,
+    collect,
+    data_label,
+)
+from ecospec.report.routing_figures import write_routing_figures
 from ecospec.report.write import Table
 
-WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the root
-MAX_DISTANCE = 4  # step distances of Table 17
-RECORDS, VLLM_RECORDS, CORPUS = "SD records", "vLLM records", "tiny corpus"
-DATA_ORDER = (RECORDS, VLLM_RECORDS, CORPUS)
-# conf/model name -> the overlap paper's model name (report/paper_overlap/README.md)
-PAPER_MODELS = {"qwen3": "qwen3_235b", "qwen3_30b": "qwen3_30b", "mixtral": "mixtral", "gptoss": "gptoss_120b"}
-PAPER_LABELS = {
-    "mixtral": "Mixtral-8x7B",
-    "qwen2_57b": "Qwen2-57B",
-    "glm47_flash": "GLM-4.7-Flash",
-    "qwen3_30b": "Qwen3-30B",
-    "qwen3_235b": "Qwen3-235B",
-    "kimi_k25": "Kimi-K2.5",
-    "qwen35_35b": "Qwen3.5-35B",
-    "gptoss_120b": "GPT-OSS-120B",
-    "qwen3_next_80b": "Qwen3-Next-80B",
-}
 PAPER_METHODS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Separate draft"}
 PAPER_DATA = {"mtbench": "MT-Bench", "specbench": "Spec-Bench", "aya": "Aya"}
 TABLE_NAMES = (
@@ -67,134 +47,6 @@ TABLE_NAMES = (
     "overlap_acceptance",
     "overlap_heldout",
 )
-
-
-# -- routing data ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoutingSource:
-    """Routing statistics of one model from one kind of data."""
-
-    model: str
-    data: str  # one of DATA_ORDER
-    stats: Pooled  # slices: datasets (records) or the one corpus slice
-    sequences: int
-    used: pd.DataFrame  # the records behind it (none for a corpus)
-    ipf_uniform: float
-    ipf_skewed: float
-
-
-@dataclass
-class RoutingData:
-    """What the overlap tables and figures read: routing sources, and the drafted tokens of each traced record."""
-
-    sources: list[RoutingSource] = field(default_factory=list)
-    traced: pd.DataFrame = field(default_factory=pd.DataFrame)  # the traced ok records (no trace column)
-    tokens: dict[str, DraftTokens] = field(default_factory=dict)  # record path -> its drafted tokens
-
-    def models(self) -> list[str]:
-        return list(dict.fromkeys(s.model for s in self.sources))
-
-
-def _has_trace(t) -> bool:
-    return isinstance(t, list) and len(t) > 0
-
-
-def _ipf(stats, loads=None) -> float:
-    try:
-        return unique_experts(stats.k, stats.n_experts, stats.overlap[: WINDOW - 1], WINDOW, loads)
-    except ValueError:  # overlaps undefined (short sequences) or infeasible for the loads
-        return float("nan")
-
-
-def _source(model: str, data: str, routes: list, slices: list, n_experts: int, used: pd.DataFrame) -> RoutingSource:
-    stats = pooled(routes, n_experts, slices, MAX_DISTANCE, WINDOW)
-    return RoutingSource(model, data, stats, len(routes), used, _ipf(stats.all), _ipf(stats.all, stats.all.probs))
-
-
-def _trace_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
-    return sequence_routes(rec.trace)
-
-
-def _vllm_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
-    return [((r["prompt"], r["turn"]), np.asarray(r["routes"], dtype=np.int64)) for r in rec.routes]
-
-
-def _record_sources(traced: pd.DataFrame, data: str, sequences) -> list[RoutingSource]:
-    """One source per model from its records' committed sequences (`sequences(record)`: ((prompt, turn), routes))."""
-    out = []
-    for model, rows in traced.groupby("model", sort=True):
-        seqs: dict[tuple, tuple[str, np.ndarray]] = {}
-        for rec in rows.itertuples():
-            runs: Counter = Counter()  # a (prompt, turn) whose trace has a gap gives several runs
-            for (prompt, turn), routes in sequences(rec):
-                runs[prompt, turn] += 1
-                key = (prompt, turn, runs[prompt, turn]) + ((rec.dataset,) if rec.temperature == 0 else (rec.path,))
-                if key not in seqs or len(routes) > len(seqs[key][1]):
-                    seqs[key] = (rec.dataset, routes)
-        shapes = Counter(r.shape[1:] for _, r in seqs.values())
-        shape = shapes.most_common(1)[0][0]
-        if len(shapes) > 1:
-            warnings.warn(f"model {model}: {data} routes of other [layers, k] than {shape} left out", stacklevel=3)
-        kept = [(d, r) for d, r in seqs.values() if r.shape[1:] == shape]
-        n = rows["num_experts"].dropna()
-        n_experts = int(n.mode().iloc[0]) if len(n) else int(max(r.max() for _, r in kept)) + 1
-        used = rows.drop(columns=["trace", "routes", "expert_load"], errors="ignore")
-        out.append(_source(model, data, [r for _, r in kept], [d for d, _ in kept], n_experts, used))
-    return out
-
-
-def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
-    """The routing traces of a tiny model's build on this machine (one array [tokens, layers, k] per corpus window)
-    and N; None for another model or when a cache build has no traces. The release ships none: they are traced from
-    it on first use (``tiny.build``, about a minute) and kept in the cache."""
-    if model_config.get("source") != "tiny":
-        return None
-    try:
-        from ecospec.tiny.build import build, paths, source
-
-        budget = model_config.get("budget") or "full"
-        folder = paths(budget)["traces"]
-        if not (folder / "manifest.json").exists():
-            if source(budget) != "release":
-                return None  # a cache build without its traces stage: nothing to read
-            build(budget, until="traces", progress=False)  # traced from the release once, then kept
-        from ecospec.predictor.traces import load_traces
-
-        traces = load_traces(folder)
-    except (OSError, ValueError, KeyError) as e:
-        warnings.warn(f"model {model_config.get('name')}: tiny build traces unreadable ({e})", stacklevel=2)
-        return None
-    if traces.num_samples == 0:
-        return None
-    return [traces.sample(i)[1] for i in range(traces.num_samples)], traces.num_experts
-
-
-def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = None) -> RoutingData:
-    """Routing sources of every model with traced ok SD records or a tiny build with traces, and the drafted tokens
-    of every traced record. Budgeted records (MoE-Spec's cap re-routes tokens) are not the target's routing."""
-    ok = frame[frame["status"] == "ok"] if "status" in frame else frame.iloc[0:0]
-    if "expert_budget" in ok:
-        ok = ok[ok["expert_budget"].isna()]
-    # astype(bool): on an empty frame the mapped mask is of dtype object, and indexing by it drops every column
-    traced = ok[ok["trace"].map(_has_trace).astype(bool)] if "trace" in ok else ok.iloc[0:0]
-    routed = ok[ok["routes"].map(_has_trace).astype(bool)] if "routes" in ok else ok.iloc[0:0]
-    data = RoutingData(traced=traced.drop(columns=["trace", "routes", "expert_load"], errors="ignore"))
-    if len(traced):
-        data.sources = _record_sources(traced, RECORDS, _trace_sequences)
-        data.tokens = {rec.path: draft_tokens(rec.trace) for rec in traced.itertuples()}
-    if len(routed):
-        data.sources += _record_sources(routed, VLLM_RECORDS, _vllm_sequences)
-    for model, cfg in sorted((model_configs or {}).items()):
-        corpus = corpus_routes(cfg)
-        if corpus is not None:
-            routes, n = corpus
-            none = data.traced.iloc[0:0]
-            data.sources.append(_source(model, CORPUS, routes, [CORPUS] * len(routes), n, none))
-    order = {m: i for i, m in enumerate(sorted({s.model for s in data.sources}))}
-    data.sources.sort(key=lambda s: (order[s.model], DATA_ORDER.index(s.data)))
-    return data
 
 
 # -- table helpers -----------------------------------------------------------------------------------------------
@@ -233,14 +85,6 @@ def _order(ours: pd.DataFrame, paper: pd.DataFrame, models: list[str], labels: l
     return out[[c for c in labels if c in out.columns] + values]
 
 
-def _data_label(s: RoutingSource, slice_name: str | None = None) -> str:
-    if s.data == CORPUS:
-        return f"{CORPUS} ({s.sequences} windows)"
-    if slice_name is None:
-        return f"{s.data}: pooled ({s.sequences} sequences, {len(s.stats.slices)} datasets)"
-    return f"{s.data}: {slice_name}"
-
-
 # -- routing tables ----------------------------------------------------------------------------------------------
 
 
@@ -260,7 +104,7 @@ def step1_table(data: RoutingData) -> pd.DataFrame:
     independence and its share of the empirical overlap."""
     ours = pd.DataFrame(
         [
-            {"Model": model_label(s.model), "Data": _data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
+            {"Model": model_label(s.model), "Data": data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
             for s in data.sources
         ]
     )
@@ -288,16 +132,16 @@ def distance_table(data: RoutingData) -> pd.DataFrame:
     for s in data.sources:
         base = {"Model": model_label(s.model), "Source": "ours"}
         a = s.stats.all
-        rows.append({**base, "Data": _data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
+        rows.append({**base, "Data": data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
         if s.data != CORPUS and len(s.stats.slices) > 1:
             for name, st in s.stats.slices.items():
                 rows.append(
-                    {**base, "Data": _data_label(s, name), **_distance_row(st.overlap, st.independence, st.tokens)}
+                    {**base, "Data": data_label(s, name), **_distance_row(st.overlap, st.independence, st.tokens)}
                 )
             overlap, indep = s.stats.spread("overlap"), s.stats.spread("independence")
             for what in ("mean", "min", "max"):
                 cells = _distance_row(getattr(overlap, what), getattr(indep, what), np.nan)
-                rows.append({**base, "Data": _data_label(s, f"slice {what}"), **cells})
+                rows.append({**base, "Data": data_label(s, f"slice {what}"), **cells})
     metrics = {f"overlap_d{d}": f"Step {d} overlap" for d in range(1, MAX_DISTANCE + 1)}
     metrics["overlap_independence"] = "Independence overlap"
     p17 = _paper(17, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 17"})
@@ -325,7 +169,7 @@ def layers_table(data: RoutingData) -> pd.DataFrame:
             rows.append(
                 {
                     "Model": model_label(s.model),
-                    "Data": _data_label(s),
+                    "Data": data_label(s),
                     "Layer": layer,
                     "Source": "ours",
                     "Step 1 overlap": float(ov),
@@ -356,7 +200,7 @@ def unique_table(data: RoutingData) -> pd.DataFrame:
         rows.append(
             {
                 "Model": model_label(s.model),
-                "Data": _data_label(s),
+                "Data": data_label(s),
                 "Source": "ours",
                 "top_k": a.k,
                 "num_experts": a.n_experts,
@@ -816,8 +660,6 @@ def build_routing(
     defaults=None,
 ) -> tuple[list[Table], list[str], list]:
     """Tables and figures of the overlap paper's analyses (figures drawn here, in the calling process)."""
-    from ecospec.report.routing_figures import write_routing_figures
-
     data = collect(frame, model_configs)
     tables, missing = build_routing_tables(frame, data, costs, defaults)
     figures = write_routing_figures(data, figures_dir)
