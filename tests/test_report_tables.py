@@ -357,7 +357,8 @@ def test_ratio_cells_print_as_changes_marked_within_noise():
 def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     """A compiled cell is a row of the engines table (report.engines), never a cell of the paper's tables, which
     measure the eager regime; its frame row says its engine."""
-    from ecospec.report.engines import from_frame, table
+    from ecospec.report.engines import from_frame, page
+    from ecospec.report.write import page_markdown
 
     pair = [
         _record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
@@ -375,10 +376,12 @@ def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     other["summary"]["speedup"] = 9.99
     frame = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate(pair + compiled)).frame
     assert list(frame["engine"]) == ["eager", "eager", "compiled", "compiled"]
-    text = table(from_frame(frame))
-    assert "| compiled | EcoSpec | 0.50×" in text and "| eager | EcoSpec vs EAGLE-3 |" in text
+    text = page_markdown(page(from_frame(frame)))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    assert ["compiled", "EcoSpec"] in [r[:2] for r in rows] and ["eager", "EcoSpec vs EAGLE-3"] in [r[:2] for r in rows]
+    assert next(r for r in rows if r[:2] == ["compiled", "EcoSpec"])[2].startswith("0.50×")
     mixed = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate([other, *pair, *compiled])).frame
-    assert table(from_frame(mixed)) == text  # one run's engines: the other experiment's cell stays out
+    assert page_markdown(page(from_frame(mixed))) == text  # one run's engines: the other experiment's cell stays out
     for i, r in enumerate(pair + compiled):
         d = tmp_path / "records" / f"cell{i}"
         d.mkdir(parents=True)

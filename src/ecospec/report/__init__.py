@@ -14,23 +14,21 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ecospec.report import engines, moe_methods
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
 from ecospec.report.figures import remove_stale, write_figures
 from ecospec.report.frame import sweeps
-from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
 from ecospec.report.gamma import build_gamma
-from ecospec.report.modeled import SUMMARY, fit_overheads, gammas_of, modeled_cells, write_summary
+from ecospec.report.modeled import NAME as MODELED
+from ecospec.report.modeled import fit_overheads, gammas_of, modeled_cells, write_summary
+from ecospec.report.moespec import NAME as MOESPEC
+from ecospec.report.outputs import remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
-from ecospec.report.routing import TABLE_NAMES, build_routing
-from ecospec.report.tables import SPECS, build_tables
-from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
+from ecospec.report.routing import build_routing
+from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
-from ecospec.report.write import write_index, write_table
-
-# files a build rewrites or removes
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES, *VLLM_TABLES, GAMMA_TABLE]
-
+from ecospec.report.write import write_index, write_page, write_table
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
 
@@ -79,8 +77,9 @@ def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
 
 
 def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None) -> list[Path]:
-    """Read every result file under `records`, write each table that has cells (md, tex, csv), the figures under
-    `out_dir/figures/` and the index; return the files written. Tables without cells lose their old files."""
+    """Read every result file under `records`, write each table that has cells (md, tex, csv), the pages, the
+    figures under `out_dir/figures/` and the index; return the files written. The files a build may write
+    (`outputs.py`) that this one did not are removed; no other file is touched."""
     started = datetime.now(UTC)
     sources = [str(r) for r in records]
     out = Path(out_dir)
@@ -102,33 +101,21 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     tables += gamma_tables + routing_tables + vllm_tables
     missing += gamma_missing + routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
-    modeled_table = next((t for t in tables if t.name == "modeled"), None)
+    modeled_table = next((t for t in tables if t.name == MODELED), None)
     if modeled_table is not None:  # its inputs alone, so that it can be rebuilt when the cost model changes
         used = modeled_table.used
         written.append(write_summary(modeled_cells(hf, costs, defaults), gammas_of(used), len(used), sweeps(used), out))
-    else:
-        (out / SUMMARY).unlink(missing_ok=True)
-    built = {t.name for t in tables}
-    for name in MANAGED:
-        if name not in built:
-            for ext in ("md", "tex", "csv"):
-                (out / f"{name}.{ext}").unlink(missing_ok=True)
-    moespec = next((t for t in tables if t.name == "moespec"), None)
+    moespec = next((t for t in tables if t.name == MOESPEC), None)
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
     figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / "figures")
     written += [Path(p) for f in figures for p in f.files]
-    if ((recs.frame["engine"] == "compiled") & (recs.frame["status"] == "ok")).any():  # experiment=engines
-        from ecospec.report.engines import from_frame
-        from ecospec.report.engines import table as engines_table
-
-        (out / "engines.md").write_text(engines_table(from_frame(recs.frame)))
-        written.append(out / "engines.md")
-    adaptive = recs.frame["method"].isin(["evict", "cascade", "ecospec_adaptive"]) & (recs.frame["status"] == "ok")
-    if adaptive.any():  # experiment=moe_methods
-        from ecospec.report.moe_methods import from_frame as moe_frame
-        from ecospec.report.moe_methods import report as moe_report
-
-        (out / "moe_methods.md").write_text(moe_report(moe_frame(recs.frame)))
-        written.append(out / "moe_methods.md")
-    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
+    ok = recs.frame["status"] == "ok"
+    pages = []
+    if (ok & (recs.frame["engine"] == "compiled")).any():  # experiment=engines
+        pages.append(engines.page(engines.from_frame(recs.frame)))
+    if (ok & recs.frame["method"].isin(moe_methods.ADAPTIVE)).any():  # experiment=moe_methods
+        pages.append(moe_methods.page(moe_methods.from_frame(recs.frame)))
+    written += [write_page(p, out) for p in pages]
+    remove_unwritten(out, written)
+    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages))
     return written

@@ -5,7 +5,7 @@ goes?
 
     python -m ecospec.report.engines --records experiments/engines --out reports/tiny     # writes engines.md
 
-`make tables` writes the same table wherever its records hold compiled cells; the
+`make tables` writes the same page wherever its records hold compiled cells; the
 paper's tables take the eager cells only (the regime the paper measured).
 
 Columns: speedup (over the same engine's AR, interleaved in the job) with its interval, α, acceptance by position
@@ -21,8 +21,11 @@ import pandas as pd
 
 from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
 from ecospec.report.records import mean_positions, render_cli
+from ecospec.report.write import Page, page_markdown
 
+NAME = "engines"
 METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
+TITLE = "EAGLE-3 and EcoSpec under the eager and the compiled engine"
 
 
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -49,12 +52,14 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
             "pred_over_verify": f["t_pred_s"] / f["t_verify_s"],
             "intervals": f["intervals"],
             "compile_s": f["compile_s"],
+            "experiment": f["experiment"],
+            "finished": f["finished"],
         }
     ).reset_index(drop=True)
 
 
-def table(df: pd.DataFrame) -> str:
-    """The Markdown table (see the module docstring)."""
+def page(df: pd.DataFrame) -> Page:
+    """The table and its note (see the module docstring), from `from_frame`'s cells."""
     per = df.groupby(["engine", "method"])["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist()))
     df = df[df["dataset"].isin(common)]
@@ -70,7 +75,7 @@ def table(df: pd.DataFrame) -> str:
         "T_pred / T_verify",
         *common,
     ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     by = {k: g.set_index("dataset").loc[common] for k, g in df.groupby(["engine", "method"])}
     for engine in ("eager", "compiled"):
         for method, label in METHODS.items():
@@ -80,10 +85,19 @@ def table(df: pd.DataFrame) -> str:
             iv = mean_interval([r for _, r in g.iterrows()], "speedup")
             per_bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
             pos = "/".join(f"{a:.2f}" for a in mean_positions(g.positions))
-            lines.append(
-                f"| {engine} | {label} | {g.speedup.mean():.2f}×{bracket(iv)} | {g.alpha.mean():.2f} | "
-                f"{pos} | {g.E.mean():.1f} | {g.t_verify_ms.mean():.2f} | {g.draft_over_ar.mean():.0%} | "
-                f"{g.pred_over_verify.mean():.0%} | " + " | ".join(per_bench) + " |"
+            rows.append(
+                [
+                    engine,
+                    label,
+                    f"{g.speedup.mean():.2f}×{bracket(iv)}",
+                    f"{g.alpha.mean():.2f}",
+                    pos,
+                    f"{g.E.mean():.1f}",
+                    f"{g.t_verify_ms.mean():.2f}",
+                    f"{g.draft_over_ar.mean():.0%}",
+                    f"{g.pred_over_verify.mean():.0%}",
+                    *per_bench,
+                ]
             )
         a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
         if a is not None and b is not None:
@@ -94,19 +108,15 @@ def table(df: pd.DataFrame) -> str:
                 est = r["estimate"] if r else a[metric].mean() / b[metric].mean()
                 out.append(change(est, r and r["low"], r and r["high"]))
             bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
-            lines.append(
-                f"| {engine} | EcoSpec vs EAGLE-3 | {out[0]} | {out[1]} | | {out[2]} | | | | "
-                + " | ".join(bench)
-                + " |"
-            )
+            rows.append([engine, "EcoSpec vs EAGLE-3", out[0], out[1], "", out[2], "", "", "", *bench])
     compile_s = df.groupby("engine")["compile_s"].apply(lambda x: [v for v in x if v is not None and not np.isnan(v)])
-    note = ""
+    blocks = [pd.DataFrame(rows, columns=head)]
     if "compiled" in compile_s and compile_s["compiled"]:
         c = compile_s["compiled"]
-        note = (
-            f"\n\nCompiled cells' warm-up (env.compile_s, outside every timing): {min(c):.1f}-{max(c):.1f} s per cell."
+        blocks.append(
+            f"Compiled cells' warm-up (env.compile_s, outside every timing): {min(c):.1f}-{max(c):.1f} s per cell."
         )
-    return "\n".join(lines) + note + "\n"
+    return Page(NAME, "Engines", TITLE, blocks, df)
 
 
 def main(argv=None) -> int:
@@ -114,8 +124,8 @@ def main(argv=None) -> int:
         "python -m ecospec.report.engines",
         __doc__,
         "experiments/engines",
-        "engines.md",
-        lambda frame: table(from_frame(frame)),
+        f"{NAME}.md",
+        lambda frame: page_markdown(page(from_frame(frame))),
         argv,
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,9 +24,10 @@ import pandas as pd
 from ecospec.analysis.cost import ModelCost, fit_latency
 from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.bench import KIND, RECORD_SUFFIX
-from ecospec.report.figures import FigureInfo, num, panel_grid, save, suptitle, target_label, wrap
+from ecospec.report.figures import FigureInfo, num, panel_grid, remove_stale, save, suptitle, target_label, wrap
 
 NAME = "fig1a_verify_latency_bench"
+FILE_NAME = re.compile(rf"{NAME}\.(png|pdf)")
 COLUMNS = (
     "experiment",
     "run",
@@ -201,8 +203,7 @@ def write_bench_figure(frame: pd.DataFrame, out_dir: Path) -> list[FigureInfo]:
     out_dir = Path(out_dir)
     drawn = bench_figure(frame)
     if drawn is None:
-        for ext in ("png", "pdf"):
-            (out_dir / f"{NAME}.{ext}").unlink(missing_ok=True)
+        remove_stale(out_dir, [], FILE_NAME)
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, caption, rows = drawn

@@ -196,6 +196,7 @@ def modeled_note(
     )
 
 
+NAME = "modeled"  # the table's file stem
 SUMMARY = "modeled_cells.json"
 TITLE = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
 
@@ -220,7 +221,7 @@ def rebuild(summary: Path, out_dir: Path) -> list[Path]:
     out = modeled_rows(cells, costs)
     note = modeled_note(s["gammas"], s["records"], s["sweeps"], {}, {})
     note += f" Rebuilt from {Path(summary).name} (the cells' α and E), not from the records."
-    return write_table(Table("modeled", "Modeled", TITLE, note, out, True, cells), Path(out_dir))
+    return write_table(Table(NAME, "Modeled", TITLE, note, out, True, cells), Path(out_dir))
 
 
 PAPER_ROWS = (

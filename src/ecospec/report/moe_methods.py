@@ -17,7 +17,10 @@ import pandas as pd
 
 from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
 from ecospec.report.records import mean_positions, render_cli
+from ecospec.report.write import Page, page_markdown
 
+NAME = "moe_methods"
+TITLE = "The MoE methods side by side"
 METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive")
 LABELS = {
     "eagle3": "EAGLE-3 tree",
@@ -53,8 +56,8 @@ def _exact(g: pd.DataFrame) -> str:
     return f"{round(float((m * g['num_prompts']).sum()))}/{total}"
 
 
-def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list[str], dict]:
-    """The Markdown lines of one (engine, temperature) table and its numbers for the goals."""
+def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[pd.DataFrame, dict]:
+    """One (engine, temperature) table as printed and its numbers for the goals."""
     sub = df[(df["engine"] == engine) & (df["temperature"] == temperature)]
     per = sub.groupby("method")["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist())) if len(per) else []
@@ -72,7 +75,7 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
         "mean block",
         "token-exact",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     facts: dict = {"common": common, "speedup": {}, "bench": {}, "vs": {}, "exact": {}, "cells": by}
     base = by.get("eagle3")
     for m in METHODS:
@@ -91,13 +94,23 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[list
             vs = change(r["estimate"], r["low"], r["high"]) if r else change(g.speedup.mean() / base.speedup.mean())
         pos = "/".join(f"{a:.2f}" for a in mean_positions(g["acceptance_by_position"]))
         bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
-        lines.append(
-            f"| {LABELS[m]} | {g.speedup.mean():.2f}×{bracket(iv)} | " + " | ".join(bench) + f" | {vs} | "
-            f"{g.alpha.mean():.2f} | {g.E.mean():.1f} | {pos} | {1e3 * g.t_verify_s.mean():.2f} | "
-            f"{g.speculating.mean():.0%} | {g.mean_block.mean():.2f} | {_exact(g)} |"
+        rows.append(
+            [
+                LABELS[m],
+                f"{g.speedup.mean():.2f}×{bracket(iv)}",
+                *bench,
+                vs,
+                f"{g.alpha.mean():.2f}",
+                f"{g.E.mean():.1f}",
+                pos,
+                f"{1e3 * g.t_verify_s.mean():.2f}",
+                f"{g.speculating.mean():.0%}",
+                f"{g.mean_block.mean():.2f}",
+                _exact(g),
+            ]
         )
     facts["positions"] = {m: mean_positions(g["acceptance_by_position"]) for m, g in by.items()}
-    return lines, facts
+    return pd.DataFrame(rows, columns=head), facts
 
 
 def upper_bound(profile, chain: list[float], tree: list[float], gamma: int, tree_depth: int = 3) -> tuple[float, str]:
@@ -210,28 +223,27 @@ def _not_slower(f: dict, a: str, b: str) -> str:
     return f"{'yes' if r['high'] >= 1.0 else 'no'} ({sa:.2f}× against {sb:.2f}×: {ratio})"
 
 
-def report(df: pd.DataFrame, gamma: int = 6) -> str:
-    """The whole Markdown page (module docstring)."""
+def page(df: pd.DataFrame, gamma: int = 6) -> Page:
+    """The whole page (module docstring), from `from_frame`'s cells."""
     profiles = _profiles(df)
-    lines = ["# The MoE methods side by side", ""]
+    blocks: list = []
     facts = {}
     for engine in ("eager", "compiled"):
         for t in sorted(df.loc[df["engine"] == engine, "temperature"].unique()):
             table, f = group_table(df, engine, float(t))
             facts[(engine, float(t))] = f
             n = int(df[(df["engine"] == engine) & (df["temperature"] == t)]["num_prompts"].max())
-            lines += [f"## {engine} engine, T = {t:g} ({n} prompts per benchmark)", "", *table, ""]
+            blocks += [f"## {engine} engine, T = {t:g} ({n} prompts per benchmark)", table]
         if engine in profiles:
             prof, digest, used = profiles[engine]
-            lines += _profile_lines(prof, digest, used)
+            blocks += _profile_lines(prof, digest, used)
             f0 = facts.get((engine, 0.0))
             if f0:
                 bound, shape = upper_bound(
                     prof, f0["positions"].get("eagle3_chain", []), f0["positions"].get("eagle3", []), gamma
                 )
                 chain = f0["positions"].get("eagle3_chain", [])
-                lines += [
-                    "",
+                lines = [
                     f"Upper bound at T = 0 (the profile at the measured acceptance): "
                     f"{max(bound, 1.0):.2f}× AR; the best speculative step: {bound:.2f}× ({shape}).",
                 ]
@@ -245,9 +257,9 @@ def report(df: pd.DataFrame, gamma: int = 6) -> str:
                         f"2-token verify {1e3 * prof.t_verify(2, prof.experts(2)):.2f} against "
                         f"{1e3 * prof.t_verify(1, prof.experts(1)):.2f} for one)."
                     )
-            lines.append("")
-    lines += ["## Goals", "", *goals(facts), ""]
-    return "\n".join(lines)
+                blocks.append("\n".join(lines))
+    blocks += ["## Goals", "\n".join(goals(facts))]
+    return Page(NAME, "MoE methods", TITLE, blocks, df)
 
 
 def main(argv=None) -> int:
@@ -255,8 +267,8 @@ def main(argv=None) -> int:
         "python -m ecospec.report.moe_methods",
         __doc__,
         "experiments/moe_methods",
-        "moe_methods.md",
-        lambda frame: report(from_frame(frame)),
+        f"{NAME}.md",
+        lambda frame: page_markdown(page(from_frame(frame))),
         argv,
     )
 

@@ -15,6 +15,8 @@ from ecospec.report.frame import LABELS, at_main, model_label, newest, prepare
 from ecospec.report.layout import common_benchmarks
 from ecospec.report.modeled import gpu_step, row_parts
 
+NAME = "moespec"  # the table's file stem
+
 
 def cells_moespec(frame, defaults=None) -> pd.DataFrame:
     """The MoE-Spec table's cells: budgeted baseline / EcoSpec cells (method moespec / ecospec_moespec) at the main

@@ -12,8 +12,10 @@ import pandas as pd
 from ecospec.analysis.cost import ModelCost
 from ecospec.analysis.hardware import Hardware
 from ecospec.report.frame import clock, prepare, sweeps
+from ecospec.report.modeled import NAME as MODELED
 from ecospec.report.modeled import TITLE as MODELED_TITLE
 from ecospec.report.modeled import cells_modeled, gammas_of, modeled, modeled_note
+from ecospec.report.moespec import NAME as MOESPEC
 from ecospec.report.moespec import cells_moespec, table_moespec
 from ecospec.report.paper_tables import (
     cells01,
@@ -169,6 +171,8 @@ SPECS = [
         combine=True,
     ),
 ]
+TABLE13 = "table13_models"
+NAMES = (*(s.name for s in SPECS), TABLE13, MODELED, MOESPEC)  # every table build_tables may write
 
 
 def _note(spec_note: str, label: str, used: pd.DataFrame, out: pd.DataFrame, timed: bool, paper: str = "") -> str:
@@ -211,7 +215,7 @@ def build_tables(
             "embedding tables) + top-k routed experts per MoE layer, so above the releases' own convention."
         )
         note = _note(note, "Table 13", used, out, timed=False)
-        tables.append(Table("table13_models", "Table 13", "Model architectures", note, out, False, used))
+        tables.append(Table(TABLE13, "Table 13", "Model architectures", note, out, False, used))
     else:
         missing.append("Table 13")
     out = modeled(df, costs, overheads, defaults, profiles) if costs else None
@@ -219,7 +223,7 @@ def build_tables(
         used = cells_modeled(df, defaults)
         used = used[used["model"].isin(list(costs))]
         note = modeled_note(gammas_of(used), len(used), sweeps(used), overheads or {}, profiles or {})
-        tables.append(Table("modeled", "Modeled", MODELED_TITLE, note, out, True, used))
+        tables.append(Table(MODELED, "Modeled", MODELED_TITLE, note, out, True, used))
     else:
         missing.append("Modeled")
     out = table_moespec(df, costs, overheads, defaults, profiles)
@@ -239,7 +243,7 @@ def build_tables(
         )
         tables.append(
             Table(
-                "moespec",
+                MOESPEC,
                 "MoE-Spec",
                 "Speedup against quality: EcoSpec and MoE-Spec's expert budget",
                 _note(note, "MoE-Spec", used, out, timed=True),
