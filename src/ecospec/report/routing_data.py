@@ -29,19 +29,6 @@ WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the ro
 MAX_DISTANCE = 4  # step distances of Table 17
 RECORDS, VLLM_RECORDS, CORPUS = "SD records", "vLLM records", "tiny corpus"
 DATA_ORDER = (RECORDS, VLLM_RECORDS, CORPUS)
-# conf/model name -> the overlap paper's model name (report/paper_overlap/README.md)
-PAPER_MODELS = {"qwen3": "qwen3_235b", "qwen3_30b": "qwen3_30b", "mixtral": "mixtral", "gptoss": "gptoss_120b"}
-PAPER_LABELS = {
-    "mixtral": "Mixtral-8x7B",
-    "qwen2_57b": "Qwen2-57B",
-    "glm47_flash": "GLM-4.7-Flash",
-    "qwen3_30b": "Qwen3-30B",
-    "qwen3_235b": "Qwen3-235B",
-    "kimi_k25": "Kimi-K2.5",
-    "qwen35_35b": "Qwen3.5-35B",
-    "gptoss_120b": "GPT-OSS-120B",
-    "qwen3_next_80b": "Qwen3-Next-80B",
-}
 
 
 @dataclass(frozen=True)

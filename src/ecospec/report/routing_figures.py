@@ -22,8 +22,9 @@ from ecospec.analysis.acceptance import compare_by_depth
 from ecospec.analysis.traces import DraftTokens
 from ecospec.report.figures import FigureInfo, remove_stale, save, slug, suptitle
 from ecospec.report.frame import model_label
+from ecospec.report.overlap_paper import PAPER_LABELS
 from ecospec.report.paper import overlap_paper_values
-from ecospec.report.routing_data import CORPUS, PAPER_LABELS, RoutingData, RoutingSource, data_label
+from ecospec.report.routing_data import CORPUS, RoutingData, RoutingSource, data_label
 
 FILE_NAME = re.compile(r"(fig_(overlap_distance|layer_overlap|accept_overlap)_.+|fig_ipf_unique)\.(png|pdf)")
 SOURCE_STYLE = {True: ("tab:green", "s"), False: ("tab:blue", "o")}  # corpus?, (colour, marker)
