@@ -22,7 +22,7 @@ from ecospec.report.gamma import build_gamma
 from ecospec.report.modeled import NAME as MODELED
 from ecospec.report.modeled import fit_overheads, gammas_of, modeled_cells, write_summary
 from ecospec.report.moespec import NAME as MOESPEC
-from ecospec.report.outputs import remove_unwritten
+from ecospec.report.outputs import FIGURES, remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
 from ecospec.report.routing import build_routing
@@ -87,16 +87,16 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     recs = load_records(sources, since)
     # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
     hf = recs.frame[(recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager")]
-    figures_job = _start_figures(hf, out / "figures")
+    figures_job = _start_figures(hf, out / FIGURES)
     costs = model_costs(recs.model_configs, recs.storages)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)
     tables, missing = build_tables(hf, defaults, costs, fit_overheads(hf, costs), profiles)
     routing_tables, routing_missing, routing_figures = build_routing(
-        hf, recs.model_configs, costs, out / "figures", defaults
+        hf, recs.model_configs, costs, out / FIGURES, defaults
     )
-    vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / "figures")
+    vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / FIGURES)
     gamma_tables, gamma_missing = build_gamma(hf, defaults)
     tables += gamma_tables + routing_tables + vllm_tables
     missing += gamma_missing + routing_missing + vllm_missing
@@ -106,8 +106,8 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
         used = modeled_table.used
         written.append(write_summary(modeled_cells(hf, costs, defaults), gammas_of(used), len(used), sweeps(used), out))
     moespec = next((t for t in tables if t.name == MOESPEC), None)
-    pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
-    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / "figures")
+    pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / FIGURES)
+    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / FIGURES)
     written += [Path(p) for f in figures for p in f.files]
     ok = recs.frame["status"] == "ok"
     pages = []

@@ -9,25 +9,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ecospec.report import engines, fig1a, figures, moe_methods, pareto, routing_figures, vllm
+from ecospec.report.engines import NAME as ENGINES
+from ecospec.report.fig1a import FILE_NAME as FIG1A_BENCH
+from ecospec.report.figures import FILE_NAME as PAPER_FIGURES
 from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
 from ecospec.report.modeled import SUMMARY
+from ecospec.report.moe_methods import NAME as MOE_METHODS
+from ecospec.report.pareto import FILE_NAME as PARETO
 from ecospec.report.routing import TABLE_NAMES as ROUTING_TABLES
+from ecospec.report.routing_figures import FILE_NAME as ROUTING_FIGURES
 from ecospec.report.tables import NAMES as PAPER_TABLES
+from ecospec.report.vllm import FILE_NAME as VLLM_FIGURES
+from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
 from ecospec.report.write import INDEX
 
-TABLES = (*PAPER_TABLES, GAMMA_TABLE, *ROUTING_TABLES, *vllm.TABLE_NAMES)  # each as .md, .tex and .csv
+TABLES = (*PAPER_TABLES, GAMMA_TABLE, *ROUTING_TABLES, *VLLM_TABLES)  # each as .md, .tex and .csv
 TABLE_FORMATS = ("md", "tex", "csv")
-PAGES = (engines.NAME, moe_methods.NAME)  # pages of prose around tables, .md
+PAGES = (ENGINES, MOE_METHODS)  # pages of prose around tables, .md
 DATA = (SUMMARY,)  # the modeled table's inputs
 FIGURES = "figures"  # the folder the figures go to, each as .png and .pdf
-FIGURE_NAMES = (
-    figures.FILE_NAME,
-    fig1a.FILE_NAME,
-    routing_figures.FILE_NAME,
-    pareto.FILE_NAME,
-    vllm.FILE_NAME,
-)
+FIGURE_NAMES = (PAPER_FIGURES, FIG1A_BENCH, ROUTING_FIGURES, PARETO, VLLM_FIGURES)
 FILES = frozenset([f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS] + [f"{p}.md" for p in PAGES] + [*DATA, INDEX])
 
 
