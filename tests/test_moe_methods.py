@@ -31,7 +31,7 @@ def test_a_cost_model_cell_without_a_profile_stops_naming_the_command(tmp_path, 
 
 def test_cells_name_their_profile_and_the_report_checks_the_goals(tmp_path, monkeypatch):
     from ecospec.bench.profile import measure
-    from ecospec.report.moe_methods import from_frame, page
+    from ecospec.report.moe_methods_page import from_frame, page
     from ecospec.report.records import load_records
     from ecospec.report.write import page_markdown
 

@@ -357,7 +357,7 @@ def test_ratio_cells_print_as_changes_marked_within_noise():
 def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     """A compiled cell is a row of the engines table (report.engines), never a cell of the paper's tables, which
     measure the eager regime; its frame row says its engine."""
-    from ecospec.report.engines import from_frame, page
+    from ecospec.report.engines_page import from_frame, page
     from ecospec.report.write import page_markdown
 
     pair = [

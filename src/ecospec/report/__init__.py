@@ -14,17 +14,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ecospec.report import engines, moe_methods
+from ecospec.report import engines_page, moe_methods_page
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
 from ecospec.report.figures import remove_stale, write_figures
 from ecospec.report.frame import sweeps
 from ecospec.report.gamma import build_gamma
-from ecospec.report.modeled import NAME as MODELED
-from ecospec.report.modeled import fit_overheads, gammas_of, modeled_cells, write_summary
 from ecospec.report.moespec import NAME as MOESPEC
 from ecospec.report.outputs import FIGURES, remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
+from ecospec.report.roofline import NAME as MODELED
+from ecospec.report.roofline import fit_overheads, gammas_of, modeled_cells, write_summary
 from ecospec.report.routing import build_routing
 from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
@@ -112,9 +112,9 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     ok = recs.frame["status"] == "ok"
     pages = []
     if (ok & (recs.frame["engine"] == "compiled")).any():  # experiment=engines
-        pages.append(engines.page(engines.from_frame(recs.frame)))
-    if (ok & recs.frame["method"].isin(moe_methods.ADAPTIVE)).any():  # experiment=moe_methods
-        pages.append(moe_methods.page(moe_methods.from_frame(recs.frame)))
+        pages.append(engines_page.page(engines_page.from_frame(recs.frame)))
+    if (ok & recs.frame["method"].isin(moe_methods_page.ADAPTIVE)).any():  # experiment=moe_methods
+        pages.append(moe_methods_page.page(moe_methods_page.from_frame(recs.frame)))
     written += [write_page(p, out) for p in pages]
     remove_unwritten(out, written)
     written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages))

@@ -13,7 +13,7 @@ from ecospec.analysis.cost import ModelCost
 from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.report.frame import LABELS, at_main, model_label, newest, prepare
 from ecospec.report.layout import common_benchmarks
-from ecospec.report.modeled import gpu_step, row_parts
+from ecospec.report.roofline import gpu_step, row_parts
 
 NAME = "moespec"  # the table's file stem
 

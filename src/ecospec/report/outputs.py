@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ecospec.report.engines import NAME as ENGINES
+from ecospec.report.engines_page import NAME as ENGINES
 from ecospec.report.fig1a import FILE_NAME as FIG1A_BENCH
 from ecospec.report.figures import FILE_NAME as PAPER_FIGURES
 from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
-from ecospec.report.modeled import SUMMARY
-from ecospec.report.moe_methods import NAME as MOE_METHODS
+from ecospec.report.moe_methods_page import NAME as MOE_METHODS
 from ecospec.report.pareto import FILE_NAME as PARETO
+from ecospec.report.roofline import SUMMARY
 from ecospec.report.routing import TABLE_NAMES as ROUTING_TABLES
 from ecospec.report.routing_figures import FILE_NAME as ROUTING_FIGURES
 from ecospec.report.tables import NAMES as PAPER_TABLES

@@ -12,9 +12,6 @@ import pandas as pd
 from ecospec.analysis.cost import ModelCost
 from ecospec.analysis.hardware import Hardware
 from ecospec.report.frame import clock, prepare, sweeps
-from ecospec.report.modeled import NAME as MODELED
-from ecospec.report.modeled import TITLE as MODELED_TITLE
-from ecospec.report.modeled import cells_modeled, gammas_of, modeled, modeled_note
 from ecospec.report.moespec import NAME as MOESPEC
 from ecospec.report.moespec import cells_moespec, table_moespec
 from ecospec.report.paper_tables import (
@@ -41,6 +38,9 @@ from ecospec.report.paper_tables import (
     table11_12_gamma,
     table13_models,
 )
+from ecospec.report.roofline import NAME as MODELED
+from ecospec.report.roofline import TITLE as MODELED_TITLE
+from ecospec.report.roofline import cells_modeled, gammas_of, modeled, modeled_note
 from ecospec.report.write import Table
 
 RATIO_NOTE = (
