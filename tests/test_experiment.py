@@ -732,8 +732,8 @@ def test_moespec_cells_measure_the_quality_they_give_up(cell):
     assert max(s["experts_by_layer"]) <= 4 and 0.0 <= s["budget_error_rate"] <= 1.0
     assert cell_id(tight) != cell_id(full)
     # the records as `make tables` reads them: the MoE-Spec table has both budgets, labelled by policy
+    from ecospec.report.moespec import table_moespec
     from ecospec.report.records import load_records
-    from ecospec.report.tables import table_moespec
 
     t = table_moespec(load_records([full_dir, tight_dir]).frame)
     assert list(zip(t["Method"], t["Budget"], strict=True)) == [("MoE-Spec", "B=16"), ("MoE-Spec (substitute)", "B=4")]
@@ -819,8 +819,8 @@ def test_interleaved_methods_write_their_own_cells_measured_in_one_run(cell, tmp
         assert "run" not in solo["intervals"]  # a cell run alone belongs to no group
     # the tables pair them: Table 1's ratio row (EcoSpec against EAGLE-3) is paired, its estimate the ratio of the
     # two rows' speedups, with an interval around it; every speedup carries its own interval
+    from ecospec.report.paper_tables import table01_main, table10_oracle
     from ecospec.report.records import load_records
-    from ecospec.report.tables import table01_main, table10_oracle
 
     t1 = table01_main(load_records([str(tmp_path / "exp")]).frame)
     eco, eagle, vs = (t1[t1["Method"] == m].iloc[0] for m in ("EcoSpec", "EAGLE-3", "EcoSpec vs EAGLE-3"))

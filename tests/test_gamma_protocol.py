@@ -25,10 +25,9 @@ from ecospec.report.gamma import (
     extend_gammas,
     noise_aware,
     protocol_cells,
-    protocol_table,
 )
+from ecospec.report.paper_tables import table01_main
 from ecospec.report.records import frame_of
-from ecospec.report.tables import table01_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,13 +103,13 @@ def test_a_gamma_only_ecospec_ran_at_is_never_chosen_and_upper_end_asks_for_more
     assert extend_gammas([10, 11, 12], {"tiny": (12, True)}) == []
 
 
-def test_protocol_table_marks_the_choice_and_names_it():
+def test_the_protocol_table_marks_the_choice_and_names_it():
     s = {("eagle3", 4): 1.2, ("ecospec", 4): 1.3, ("eagle3", 6): 1.4, ("ecospec", 6): 1.5}
-    table = protocol_table(_frame(s), DEFAULTS)
+    (built,), missing = build_gamma(_frame(s), DEFAULTS)
+    table = built.frame
     assert list(table["γ"]) == [4, 6] and list(table["Chosen"]) == ["", "◀ best mean (the paper's rule)"]
     assert table.loc[1, "EAGLE-3 GSM8K speedup"] == 1.4 and table.loc[1, "EcoSpec mean speedup"] == 1.5
     assert abs(table.loc[1, "Score speedup"] - 1.45) < 1e-12
-    (built,), missing = build_gamma(_frame(s), DEFAULTS)
     assert not missing and "γ = 6" in built.note and "noise-aware: none (records without intervals)" in built.note
     assert build_gamma(frame_of([]), DEFAULTS) == ([], ["γ protocol"])
 
@@ -147,9 +146,9 @@ def test_the_noise_aware_choice_is_the_smallest_gamma_within_noise_of_the_best()
     assert list(choice.index[choice["chosen_noise"]]) == [4]
     assert (choice["score_low"] <= choice["score"]).all() and (choice["score"] <= choice["score_high"]).all()
     assert choice.loc[8, "diff_high"] < 0
-    table = protocol_table(frame, DEFAULTS)
-    assert "◀ noise-aware" in table.loc[table["γ"] == 4, "Chosen"].iloc[0]
     (built,), _ = build_gamma(frame, DEFAULTS)
+    table = built.frame
+    assert "◀ noise-aware" in table.loc[table["γ"] == 4, "Chosen"].iloc[0]
     assert f"γ = {best}" in built.note and "noise-aware γ = 4" in built.note
 
 

@@ -14,19 +14,17 @@ import pytest
 from ecospec.analysis.cost import load_model_config
 from ecospec.report import build
 from ecospec.report.paper import paper_values
-from ecospec.report.records import conf_defaults, load_records, model_costs, parse_record, records_frame
-from ecospec.report.synthetic import synthetic_records
-from ecospec.report.tables import (
-    SPECS,
-    Table,
-    build_tables,
+from ecospec.report.paper_tables import (
     table01_main,
     table02_hbm,
     table03_latency,
     table06_07_batch,
     table11_12_gamma,
 )
-from ecospec.report.write import display, to_latex, to_markdown, write_table
+from ecospec.report.records import conf_defaults, load_records, model_costs, parse_record, records_frame
+from ecospec.report.synthetic import synthetic_records
+from ecospec.report.tables import SPECS, build_tables
+from ecospec.report.write import Table, display, to_latex, to_markdown, write_table
 
 pytestmark = pytest.mark.usefixtures("no_release_traces")  # conftest: no tracing of the release
 
@@ -135,7 +133,7 @@ def test_every_table_builds(frame, defaults, costs):
 def test_a_gto_head_at_the_default_path_is_table_5s_only(recs):
     """The tiny model's GTO head has no path (the build's), like its EAGLE-3 head: its records still belong to Table 5
     alone, never to Table 9's (or Table 1's) EcoSpec cells."""
-    from ecospec.report.tables import cells09, table05_drafters
+    from ecospec.report.paper_tables import cells09, table05_drafters
 
     base = next(
         r
@@ -159,8 +157,9 @@ def test_a_gto_head_at_the_default_path_is_table_5s_only(recs):
 def test_moespec_table_sets_budgets_beside_the_lossless_methods(frame, defaults, costs, tmp_path):
     """Budgeted cells (MoE-Spec, lossy) are the MoE-Spec table's only: never in Tables 1 or 9; their rows sit beside
     the model's unbudgeted EAGLE-3 and EcoSpec on the same benchmarks, with E <= B and the modeled GPU speedups."""
+    from ecospec.report.moespec import table_moespec
+    from ecospec.report.paper_tables import cells09
     from ecospec.report.pareto import write_pareto_figures
-    from ecospec.report.tables import cells09, table_moespec
 
     assert not set(table01_main(frame, defaults)["Method"]) & {"MoE-Spec", "EcoSpec + MoE-Spec"}
     assert cells09(frame, defaults)["expert_budget"].isna().all()
@@ -337,14 +336,14 @@ def test_since_keeps_the_newer_records(recs, tmp_path):
 
 
 def test_captions_name_the_clock_the_records_divided_by(frame):
-    from ecospec.report.tables import _clock
+    from ecospec.report.frame import clock
 
     cpu = frame[(frame["status"] == "ok") & frame["device"].fillna("").str.startswith("cpu")].head(4).copy()
-    assert "CPU wall clock" in _clock(cpu)  # records from before the clock knob: wall time
+    assert "CPU wall clock" in clock(cpu)  # records from before the clock knob: wall time
     cpu["clock"] = "thread_cpu"
-    assert "the decoding thread's CPU time" in _clock(cpu) and "wall" not in _clock(cpu)
+    assert "the decoding thread's CPU time" in clock(cpu) and "wall" not in clock(cpu)
     cpu.iloc[0, cpu.columns.get_loc("clock")] = "wall"
-    assert "CPU wall clock and the decoding thread's CPU time" in _clock(cpu)
+    assert "CPU wall clock and the decoding thread's CPU time" in clock(cpu)
 
 
 def test_ratio_cells_print_as_changes_marked_within_noise():
@@ -358,7 +357,8 @@ def test_ratio_cells_print_as_changes_marked_within_noise():
 def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     """A compiled cell is a row of the engines table (report.engines), never a cell of the paper's tables, which
     measure the eager regime; its frame row says its engine."""
-    from ecospec.report.engines import from_frame, table
+    from ecospec.report.engines_page import from_frame, page
+    from ecospec.report.write import page_markdown
 
     pair = [
         _record(recs, model="qwen3", method=m, dataset="gsm8k", temperature=0.0, batch_size=1)
@@ -376,10 +376,12 @@ def test_compiled_cells_get_their_own_table_not_the_papers(recs, tmp_path):
     other["summary"]["speedup"] = 9.99
     frame = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate(pair + compiled)).frame
     assert list(frame["engine"]) == ["eager", "eager", "compiled", "compiled"]
-    text = table(from_frame(frame))
-    assert "| compiled | EcoSpec | 0.50×" in text and "| eager | EcoSpec vs EAGLE-3 |" in text
+    text = page_markdown(page(from_frame(frame)))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    assert ["compiled", "EcoSpec"] in [r[:2] for r in rows] and ["eager", "EcoSpec vs EAGLE-3"] in [r[:2] for r in rows]
+    assert next(r for r in rows if r[:2] == ["compiled", "EcoSpec"])[2].startswith("0.50×")
     mixed = records_frame((r, f"mem/{i}/result.json") for i, r in enumerate([other, *pair, *compiled])).frame
-    assert table(from_frame(mixed)) == text  # one run's engines: the other experiment's cell stays out
+    assert page_markdown(page(from_frame(mixed))) == text  # one run's engines: the other experiment's cell stays out
     for i, r in enumerate(pair + compiled):
         d = tmp_path / "records" / f"cell{i}"
         d.mkdir(parents=True)

@@ -15,17 +15,10 @@ from ecospec.analysis.acceptance import anchor_drop, compare_by_depth, held_out
 from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes, step_draft_tokens
 from ecospec.report.records import records_frame
-from ecospec.report.routing import (
-    CORPUS,
-    RECORDS,
-    VLLM_RECORDS,
-    build_routing,
-    collect,
-    distance_table,
-    te_paper_table,
-    te_table,
-)
+from ecospec.report.routing import build_routing, distance_table
+from ecospec.report.routing_data import CORPUS, RECORDS, VLLM_RECORDS, collect
 from ecospec.report.synthetic import synthetic_records
+from ecospec.report.target_efficiency import te_paper_table, te_table
 
 K, LAYERS, N = 2, 3, 8
 

@@ -142,7 +142,7 @@ def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
 def test_traces_are_built_on_top_of_the_release_on_first_use(tmp_path, monkeypatch):
     """The release ships no routing traces; the routing report's corpus source traces them from the release once,
     into the cache (by release identity), and reads them from there afterwards."""
-    from ecospec.report.routing import corpus_routes
+    from ecospec.report.routing_data import corpus_routes
 
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
     monkeypatch.delenv(tiny_build.ENV_SOURCE, raising=False)

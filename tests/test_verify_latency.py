@@ -284,7 +284,7 @@ def _write(records, root):
 
 def test_report_figure_and_fitted_profiles(tmp_path):
     from ecospec.report.fig1a import NAME, latency_profiles, load_bench, write_bench_figure
-    from ecospec.report.tables import modeled_note
+    from ecospec.report.roofline import modeled_note
 
     a, b = 9.5e-6, 31e-6
     _write(
@@ -345,8 +345,9 @@ def test_settings_and_the_fig1a_job_config():
 
 
 def test_the_modeled_table_takes_the_fitted_profile():
+    from ecospec.report.moespec import table_moespec
     from ecospec.report.records import records_frame
-    from ecospec.report.tables import modeled, table_moespec
+    from ecospec.report.roofline import modeled
 
     method = {"name": "eagle3", "drafter": "eagle3", "selector": "confidence", "predictor": None}
     cell = {

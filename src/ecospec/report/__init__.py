@@ -14,27 +14,26 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ecospec.report import engines_page, moe_methods_page
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
-from ecospec.report.gamma import TABLE_NAME as GAMMA_TABLE
+from ecospec.report.figures import remove_stale, write_figures
+from ecospec.report.frame import sweeps
 from ecospec.report.gamma import build_gamma
+from ecospec.report.moespec import NAME as MOESPEC
+from ecospec.report.outputs import FIGURES, remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import conf_defaults, load_records, model_costs
-from ecospec.report.routing import TABLE_NAMES, build_routing
-from ecospec.report.tables import SPECS, build_tables, fit_overheads, gammas_of, modeled_cells, sweeps
-from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
+from ecospec.report.roofline import NAME as MODELED
+from ecospec.report.roofline import fit_overheads, gammas_of, modeled_cells, write_summary
+from ecospec.report.routing import build_routing
+from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
-from ecospec.report.write import write_index, write_table
-
-# files a build rewrites or removes
-MANAGED = [*(s.name for s in SPECS), "table13_models", "modeled", "moespec", *TABLE_NAMES, *VLLM_TABLES, GAMMA_TABLE]
-
+from ecospec.report.write import write_index, write_page, write_table
 
 FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
 
 
 def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
-    from ecospec.report.figures import write_figures
-
     try:
         conn.send_bytes(pickle.dumps(("ok", write_figures(frame, out, part))))
     except BaseException as e:  # noqa: BLE001 - re-raised by the parent
@@ -46,8 +45,6 @@ def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
 def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
     """Start drawing the figures (fork shares the frame without pickling it); returns a function that waits for
     them and returns the FigureInfo list. Without fork, draws them here and now."""
-    from ecospec.report.figures import remove_stale, write_figures
-
     if "fork" not in mp.get_all_start_methods():
         infos = write_figures(frame, out)
         return lambda: infos
@@ -80,8 +77,9 @@ def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
 
 
 def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None) -> list[Path]:
-    """Read every result file under `records`, write each table that has cells (md, tex, csv), the figures under
-    `out_dir/figures/` and the index; return the files written. Tables without cells lose their old files."""
+    """Read every result file under `records`, write each table that has cells (md, tex, csv), the pages, the
+    figures under `out_dir/figures/` and the index; return the files written. The files a build may write
+    (`outputs.py`) that this one did not are removed; no other file is touched."""
     started = datetime.now(UTC)
     sources = [str(r) for r in records]
     out = Path(out_dir)
@@ -89,49 +87,35 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     recs = load_records(sources, since)
     # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
     hf = recs.frame[(recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager")]
-    figures_job = _start_figures(hf, out / "figures")
+    figures_job = _start_figures(hf, out / FIGURES)
     costs = model_costs(recs.model_configs, recs.storages)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)
     tables, missing = build_tables(hf, defaults, costs, fit_overheads(hf, costs), profiles)
     routing_tables, routing_missing, routing_figures = build_routing(
-        hf, recs.model_configs, costs, out / "figures", defaults
+        hf, recs.model_configs, costs, out / FIGURES, defaults
     )
-    vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / "figures")
+    vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / FIGURES)
     gamma_tables, gamma_missing = build_gamma(hf, defaults)
     tables += gamma_tables + routing_tables + vllm_tables
     missing += gamma_missing + routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
-    from ecospec.report.modeled import SUMMARY, write_summary
-
-    modeled_table = next((t for t in tables if t.name == "modeled"), None)
+    modeled_table = next((t for t in tables if t.name == MODELED), None)
     if modeled_table is not None:  # its inputs alone, so that it can be rebuilt when the cost model changes
         used = modeled_table.used
         written.append(write_summary(modeled_cells(hf, costs, defaults), gammas_of(used), len(used), sweeps(used), out))
-    else:
-        (out / SUMMARY).unlink(missing_ok=True)
-    built = {t.name for t in tables}
-    for name in MANAGED:
-        if name not in built:
-            for ext in ("md", "tex", "csv"):
-                (out / f"{name}.{ext}").unlink(missing_ok=True)
-    moespec = next((t for t in tables if t.name == "moespec"), None)
-    pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / "figures")
-    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / "figures")
+    moespec = next((t for t in tables if t.name == MOESPEC), None)
+    pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / FIGURES)
+    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / FIGURES)
     written += [Path(p) for f in figures for p in f.files]
-    if ((recs.frame["engine"] == "compiled") & (recs.frame["status"] == "ok")).any():  # experiment=engines
-        from ecospec.report.engines import from_frame
-        from ecospec.report.engines import table as engines_table
-
-        (out / "engines.md").write_text(engines_table(from_frame(recs.frame)))
-        written.append(out / "engines.md")
-    adaptive = recs.frame["method"].isin(["evict", "cascade", "ecospec_adaptive"]) & (recs.frame["status"] == "ok")
-    if adaptive.any():  # experiment=moe_methods
-        from ecospec.report.moe_methods import from_frame as moe_frame
-        from ecospec.report.moe_methods import report as moe_report
-
-        (out / "moe_methods.md").write_text(moe_report(moe_frame(recs.frame)))
-        written.append(out / "moe_methods.md")
-    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started))
+    ok = recs.frame["status"] == "ok"
+    pages = []
+    if (ok & (recs.frame["engine"] == "compiled")).any():  # experiment=engines
+        pages.append(engines_page.page(engines_page.from_frame(recs.frame)))
+    if (ok & recs.frame["method"].isin(moe_methods_page.ADAPTIVE)).any():  # experiment=moe_methods
+        pages.append(moe_methods_page.page(moe_methods_page.from_frame(recs.frame)))
+    written += [write_page(p, out) for p in pages]
+    remove_unwritten(out, written)
+    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages))
     return written

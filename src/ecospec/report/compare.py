@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from ecospec.analysis.bootstrap import bootstrap, ratio, speedup
+from ecospec.report.frame import LABEL_COLUMNS, LABELS, model_label
+from ecospec.report.layout import common_benchmarks
 
 WIDTH = {"speedup": 6, "alpha": 2, "E": 2}  # columns per unit (analysis.bootstrap.SPEEDUP_COLUMNS; sum, count)
 STAT = {"speedup": speedup, "alpha": ratio(0, 1), "E": ratio(0, 1)}
@@ -105,3 +107,81 @@ def cell_interval(cell: pd.Series, metric: str = "speedup") -> tuple[float, floa
 def bracket(iv: tuple[float, float] | None) -> str:
     """An interval as the tables print it after its estimate, ' [1.21, 1.55]' ('' without one)."""
     return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
+
+
+def with_intervals(
+    table: pd.DataFrame,
+    cells: pd.DataFrame,
+    rows: list[str],
+    metrics: list[str],
+    avg: bool,
+    versus: tuple[tuple[str, str], ...] = (),
+) -> pd.DataFrame:
+    """A `layout.assemble` table (one column group per Dataset) with each of our rows' speedups bounded by their 95 %
+    interval ("<group> speedup_lo" / "_hi"; Avg: the bootstrap of the mean over the row's benchmarks) and, per
+    model and T (and the other row keys but the method), a ratio row for each (a, b) pair of roles in `versus`:
+    a's estimate over b's on the prompts both decoded, per benchmark and for the Avg, with a paired bootstrap
+    interval on each metric that has per-prompt columns (`report.compare`), Source "ratio", Pairing said."""
+    if table.empty or "intervals" not in cells:
+        return table
+    out = table.copy()
+    shared = common_benchmarks(cells, rows) if avg else cells
+    ours = out.index[out["Source"] == "ours"]
+    bounds: dict[str, list] = {}
+    if "speedup" in metrics:
+        for i, (key, g) in zip(ours, cells.groupby(rows, sort=False, dropna=False), strict=True):
+            parts = [(d, h.iloc[-1]) for d, h in g.groupby("Dataset", sort=False)]
+            common = shared[shared[rows].apply(tuple, axis=1) == (key if isinstance(key, tuple) else (key,))]
+            if avg and len(common):
+                parts.append(("Avg", [h.iloc[-1] for _, h in common.groupby("Dataset", sort=False)]))
+            for d, c in parts:
+                iv = mean_interval(c if isinstance(c, list) else [c], "speedup")
+                lo, hi = iv if iv else (np.nan, np.nan)
+                bounds.setdefault(f"{d} speedup_lo", [np.nan] * len(out))[i] = lo
+                bounds.setdefault(f"{d} speedup_hi", [np.nan] * len(out))[i] = hi
+    extra = []
+    within = [r for r in rows if r != "label"]
+    for key, g in cells.groupby(within, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for a_role, b_role in versus:
+            a, b = g[g["role"] == a_role], g[g["role"] == b_role]
+            datasets = [d for d in dict.fromkeys(a["Dataset"]) if d in set(b["Dataset"])]
+            if not datasets:
+                continue
+            pairs = [(a[a["Dataset"] == d].iloc[-1], b[b["Dataset"] == d].iloc[-1]) for d in datasets]
+            row = {LABELS.get(r, r): (model_label(v) if r == "model" else v) for r, v in zip(within, key, strict=True)}
+            row.update({"Method": f"{a['label'].iloc[0]} vs {b['label'].iloc[0]}", "Source": "ratio"})
+            if "Benchmarks" in out:
+                row["Benchmarks"] = ", ".join(datasets)
+            found = False
+            groups = [(d, [p]) for d, p in zip(datasets, pairs, strict=True)] + ([("Avg", pairs)] if avg else [])
+            for m in (m for m in metrics if m in STAT):
+                for d, ps in groups:
+                    iv = ratio_interval(ps, m)
+                    found |= iv is not None
+                    if iv is None:  # the point ratio of the cells' own values (no interval)
+                        est = np.mean([x[m] for x, _ in ps]) / np.mean([y[m] for _, y in ps])
+                        iv = {"estimate": est, "low": np.nan, "high": np.nan}
+                    row[f"{d} {m}"], row[f"{d} {m}_lo"], row[f"{d} {m}_hi"] = iv["estimate"], iv["low"], iv["high"]
+            row["Pairing"] = pairing(pairs) if found else NO_INTERVAL
+            extra.append((key, row))
+    for col, values in bounds.items():
+        out[col] = values
+    if extra:
+        keys = [LABELS.get(r, r) for r in within]
+        placed = []
+        for key, row in extra:  # after the last row of its group (its methods and the paper's)
+            k = tuple(model_label(v) if r == "model" else v for r, v in zip(within, key, strict=True))
+            mask = out[keys].apply(tuple, axis=1) == k
+            placed.append((out.index[mask].max() if mask.any() else out.index.max(), row))
+        pieces = []
+        for i in out.index:
+            pieces.append(out.loc[[i]])
+            pieces += [pd.DataFrame([row]) for at, row in placed if at == i]
+        out = pd.concat(pieces, ignore_index=True)
+    out = out.drop(columns=[c for c in out.columns if c.endswith(("_lo", "_hi")) and out[c].isna().all()])
+    values = [c for c in out.columns if c not in LABEL_COLUMNS]
+    base = [c for c in values if not c.endswith(("_lo", "_hi"))]
+    ordered = [x for c in base for x in (c, f"{c}_lo", f"{c}_hi") if x in out.columns]
+    labels = [c for c in out.columns if c in LABEL_COLUMNS]
+    return out[labels + ordered]

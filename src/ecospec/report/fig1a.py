@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,9 +24,10 @@ import pandas as pd
 from ecospec.analysis.cost import ModelCost, fit_latency
 from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.bench import KIND, RECORD_SUFFIX
-from ecospec.report.figures import FigureInfo, _model_label, _num, _panels, _save, _suptitle, _wrap
+from ecospec.report.figures import FigureInfo, num, panel_grid, remove_stale, save, suptitle, target_label, wrap
 
 NAME = "fig1a_verify_latency_bench"
+FILE_NAME = re.compile(rf"{NAME}\.(png|pdf)")
 COLUMNS = (
     "experiment",
     "run",
@@ -113,8 +115,8 @@ def bench_figure(frame: pd.DataFrame):
     if frame is None or frame.empty:
         return None
     panels = list(frame.groupby(GROUP, sort=True, dropna=False))
-    fig, axes = _panels(len(panels), width=5.6, height=4.6)
-    _suptitle(
+    fig, axes = panel_grid(len(panels), width=5.6, height=4.6)
+    suptitle(
         fig,
         "Figure 1(a): verify-pass latency per decoder layer vs unique experts E (measured, "
         "real-shape MoE layers, random weights, routing forced to E experts)",
@@ -147,7 +149,7 @@ def bench_figure(frame: pd.DataFrame):
                 xs = np.array([sub["E"].min(), sub["E"].max()], dtype=float)
                 ax.plot(xs, (fit.slope_s * xs + fit.intercept_s) * 1e3, color=colour, linewidth=1.6)
                 text = (
-                    f"{impl}: {_num(fit.slope_s * 1e3)} ms/expert-layer + {_num(fit.intercept_s * 1e3)} ms/layer, "
+                    f"{impl}: {num(fit.slope_s * 1e3)} ms/expert-layer + {num(fit.intercept_s * 1e3)} ms/layer, "
                     f"R² {fit.r2:.3f}{of_peak}"
                 )
             parts.append(text)
@@ -171,8 +173,8 @@ def bench_figure(frame: pd.DataFrame):
         ax.scatter([], [], color="gray", marker="*", s=90, label="AR (γ = 1, E = k)")
         clock = "CPU wall clock" if str(g["device"].iloc[0]).startswith("cpu") else "GPU, CUDA events"
         ax.set_title(
-            _wrap(
-                f"{_model_label(model)} — {hardware}; {layers} layer{'s' if layers != 1 else ''}, "
+            wrap(
+                f"{target_label(model)} — {hardware}; {layers} layer{'s' if layers != 1 else ''}, "
                 f"scale {scale:g}, {storage} ({clock})",
                 64,
             ),
@@ -201,13 +203,12 @@ def write_bench_figure(frame: pd.DataFrame, out_dir: Path) -> list[FigureInfo]:
     out_dir = Path(out_dir)
     drawn = bench_figure(frame)
     if drawn is None:
-        for ext in ("png", "pdf"):
-            (out_dir / f"{NAME}.{ext}").unlink(missing_ok=True)
+        remove_stale(out_dir, [], FILE_NAME)
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, caption, rows = drawn
     experiments = sorted(rows["experiment"].dropna().astype(str).unique())
-    return [FigureInfo(NAME, _save(fig, out_dir / NAME), caption, experiments, len(rows))]
+    return [FigureInfo(NAME, save(fig, out_dir / NAME), caption, experiments, len(rows))]
 
 
 def latency_profiles(frame: pd.DataFrame, costs: Mapping[str, ModelCost]) -> dict[tuple[str, str], Hardware]:

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ecospec.analysis.cost import fit_line
+from ecospec.analysis.cost import FORMATS, fit_line, load_model_config, model_cost
 from ecospec.experiment.heatmap import expert_load_figure
 from ecospec.methods import methods
 
@@ -76,7 +76,7 @@ def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | No
     ]
     for model in sorted(ok["model"].dropna().unique()):
         rows = ok[ok["model"] == model]
-        builders.append((f"fig4_expert_load_{_slug(model)}", lambda rows=rows, model=model: load_figure(rows, model)))
+        builders.append((f"fig4_expert_load_{slug(model)}", lambda rows=rows, model=model: load_figure(rows, model)))
     if part is not None:
         builders = builders[part[0] :: part[1]]
     infos = []
@@ -87,7 +87,7 @@ def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | No
         infos.append(
             FigureInfo(
                 name=name,
-                files=_save(drawn.figure, out_dir / name),
+                files=save(drawn.figure, out_dir / name),
                 caption=drawn.caption,
                 experiments=sorted(drawn.rows["experiment"].dropna().astype(str).unique()),
                 n_records=len(drawn.rows),
@@ -119,8 +119,8 @@ def verify_latency_figure(ok: pd.DataFrame) -> _Drawn | None:
         return None
     rows = rows.assign(hardware=rows["hardware"].fillna("unknown hardware"), device=rows["device"].fillna(""))
     panels = list(rows.groupby(["model", "hardware"], sort=True))
-    fig, axes = _panels(len(panels), width=5.2, height=4.4)
-    _suptitle(fig, "Figure 1(a): verification latency vs unique active experts (measured wall clock)")
+    fig, axes = panel_grid(len(panels), width=5.2, height=4.4)
+    suptitle(fig, "Figure 1(a): verification latency vs unique active experts (measured wall clock)")
     notes = []
     for ax, ((model, hardware), group) in zip(axes, panels, strict=False):
         clock = "CPU wall clock" if group["device"].astype(str).str.startswith("cpu").all() else "GPU wall clock"
@@ -147,15 +147,13 @@ def verify_latency_figure(ok: pd.DataFrame) -> _Drawn | None:
                 slope * xs + intercept,
                 color="black",
                 linewidth=1.5,
-                label=f"fit: {_num(slope)} ms/expert {'+' if intercept >= 0 else '−'} {_num(abs(intercept))} ms, "
+                label=f"fit: {num(slope)} ms/expert {'+' if intercept >= 0 else '−'} {num(abs(intercept))} ms, "
                 f"R² = {r2:.3f}",
             )
-            notes.append(
-                f"{model} on {hardware}: {_num(slope)} ms/expert, intercept {_num(intercept)} ms, R² = {r2:.3f}"
-            )
+            notes.append(f"{model} on {hardware}: {num(slope)} ms/expert, intercept {num(intercept)} ms, R² = {r2:.3f}")
         else:
             notes.append(f"{model} on {hardware}: one E value, no fit")
-        ax.set_title(_wrap(f"{_model_label(model)} — {hardware} ({clock})", 60), fontsize=10)
+        ax.set_title(wrap(f"{target_label(model)} — {hardware} ({clock})", 60), fontsize=10)
         ax.set_xlabel("unique experts per MoE layer per verify pass (E)")
         ax.set_ylabel("verify latency (ms per pass)")
         ax.grid(alpha=0.3)
@@ -181,10 +179,8 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     models = sorted(m for m, g in sd.groupby("model") if g["gamma"].nunique() >= 2)
     if not models:
         return None
-    fig, axes = _panels(len(models), width=5.2, height=4.4)
-    _suptitle(
-        fig, "Figure 1(b): unique experts per MoE layer vs verified tokens γ (T = 0, batch 1, mean over datasets)"
-    )
+    fig, axes = panel_grid(len(models), width=5.2, height=4.4)
+    suptitle(fig, "Figure 1(b): unique experts per MoE layer vs verified tokens γ (T = 0, batch 1, mean over datasets)")
     used = []
     for ax, model in zip(axes, models, strict=False):
         rows = sd[sd["model"] == model]
@@ -213,7 +209,7 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
             gammas = np.arange(1, int(np.ceil(gmax)) + 1)
             ceiling = gammas * k if n is None else np.minimum(n, gammas * k)
             ax.plot(gammas, ceiling, color="gray", linestyle="--", linewidth=1.2, label="no-overlap ceiling min(N, γk)")
-        ax.set_title(_wrap(f"{_model_label(model)} ({_datasets(rows)})", 60), fontsize=10)
+        ax.set_title(wrap(f"{target_label(model)} ({_datasets(rows)})", 60), fontsize=10)
         ax.set_xlabel("γ: tokens verified per step (incl. root)")
         ax.set_ylabel("unique experts per MoE layer (E)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -236,8 +232,6 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
 def expert_bytes_figure(ok: pd.DataFrame) -> _Drawn | None:
     """Bytes of one routed expert as stored (MB = 1e6 B), for the paper's three targets and every model in the
     records (`ecospec.analysis.cost.model_cost`, from conf/model facts; offline)."""
-    from ecospec.analysis.cost import FORMATS, model_cost
-
     recorded = sorted(ok["model"].dropna().unique())
     names = list(PAPER_MODELS) + [m for m in recorded if m not in PAPER_MODELS]
     bars, missing = [], []
@@ -268,7 +262,7 @@ def expert_bytes_figure(ok: pd.DataFrame) -> _Drawn | None:
     else:
         ax.set_ylim(0, mb.max() * 1.25)
     ax.set_ylabel("bytes of one routed expert (MB = 10⁶ B" + (", log scale)" if log else ")"))
-    _suptitle(fig, "Figure 1(c): HBM bytes to load a single routed expert (as stored, block scales included)")
+    suptitle(fig, "Figure 1(c): HBM bytes to load a single routed expert (as stored, block scales included)")
     formats = dict.fromkeys(b[3] for b in bars)
     swatches = [Patch(facecolor=FORMAT_COLOURS.get(f, "tab:olive"), edgecolor="black", label=f) for f in formats]
     fig.legend(handles=swatches, title="expert storage", fontsize=8, loc="outside lower center", ncols=len(formats))
@@ -299,8 +293,8 @@ def load_figure(rows: pd.DataFrame, model: str) -> _Drawn | None:
         total += np.asarray(load, dtype=np.int64)
     dropped = len(known) - len(with_load)
     methods = ", ".join(sorted(with_load["method"].dropna().unique()))
-    title = f"Figure 4: {_model_label(model)} — expert load of verify passes, {len(with_load)} records ({methods})"
-    fig = expert_load_figure(total, _wrap(title, 120))
+    title = f"Figure 4: {target_label(model)} — expert load of verify passes, {len(with_load)} records ({methods})"
+    fig = expert_load_figure(total, wrap(title, 120))
     caption = (
         f"Figure 4 ({model}): expert-activation heat map (MoE layer x expert, tokens routed in verify passes) and "
         "layer-wise expert-load distribution, summed over all ok records of the model, every method included "
@@ -314,7 +308,7 @@ def load_figure(rows: pd.DataFrame, model: str) -> _Drawn | None:
 # helpers -----------------------------------------------------------------------------------------------------
 
 
-def _save(fig: Figure, stem: Path) -> list[Path]:
+def save(fig: Figure, stem: Path) -> list[Path]:
     """PNG (DPI) and PDF through the Agg canvas, with no timestamps so reruns give the same PDF."""
     FigureCanvasAgg(fig)
     png, pdf = stem.with_suffix(".png"), stem.with_suffix(".pdf")
@@ -325,7 +319,7 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
     return [png, pdf]
 
 
-def _panels(n: int, width: float, height: float) -> tuple[Figure, list]:
+def panel_grid(n: int, width: float, height: float) -> tuple[Figure, list]:
     cols = min(n, 3)
     rows = -(-n // cols)
     fig = Figure(figsize=(width * cols, height * rows + 0.6), layout="constrained")
@@ -336,11 +330,9 @@ def _panels(n: int, width: float, height: float) -> tuple[Figure, list]:
 
 
 @cache
-def _model_label(name: str, short: bool = False) -> str:
+def target_label(name: str, short: bool = False) -> str:
     """'DeepSeek-V3.1' for a conf/model name whose target is an HF id; the name itself otherwise."""
     try:
-        from ecospec.analysis.cost import load_model_config
-
         target = load_model_config(name).get("target")
     except Exception:  # no conf/model file, or one that does not parse: the label is just the name
         target = None
@@ -351,7 +343,7 @@ def _model_label(name: str, short: bool = False) -> str:
 
 
 def _bar_label(name: str, fmt: str) -> str:
-    pretty = _model_label(name, short=True)
+    pretty = target_label(name, short=True)
     return f"{name} · {fmt}" if pretty == name else f"{pretty}\n{name} · {fmt}"
 
 
@@ -379,7 +371,7 @@ def _datasets(rows: pd.DataFrame) -> str:
     return f"{len(names)} dataset{'s' if len(names) != 1 else ''}: " + ", ".join(names)
 
 
-def _num(x: float) -> str:
+def num(x: float) -> str:
     """Three significant digits, trailing zeros kept (2.00, 0.711, 229)."""
     return f"{x:#.3g}".rstrip(".")
 
@@ -388,14 +380,14 @@ def _mb(x: float) -> str:
     return f"{x:.2f}" if x >= 1 else f"{x:.3g}"
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name))
 
 
-def _suptitle(fig: Figure, text: str) -> None:
+def suptitle(fig: Figure, text: str) -> None:
     """A figure title wrapped to the figure's width (about 9 characters per inch at the default 12 pt)."""
-    fig.suptitle(_wrap(text, int(fig.get_figwidth() * 9)))
+    fig.suptitle(wrap(text, int(fig.get_figwidth() * 9)))
 
 
-def _wrap(text: str, width: int) -> str:
+def wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width))

@@ -17,7 +17,8 @@ import pandas as pd
 
 from ecospec.analysis.bootstrap import bootstrap, speedup
 from ecospec.report.compare import units
-from ecospec.report.tables import DATASETS, Table, _at, _clock, _newest, model_label, prepare, sweeps
+from ecospec.report.frame import DATASETS, at_main, clock, model_label, newest, prepare, sweeps
+from ecospec.report.write import Table
 
 METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
 
@@ -92,8 +93,8 @@ def protocol_cells(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = No
     """Greedy baseline and EcoSpec cells at every γ (other settings at the main ones), the newest per cell."""
     df = prepare(frame, defaults)
     df = df[df["standard"] & df["role"].isin(METHODS) & df["backend"].fillna("hf").eq("hf")]
-    df = _at(df, gamma=None, temperature=0.0)
-    return _newest(df, ["model", "role", "dataset", "gamma"])
+    df = at_main(df, gamma=None, temperature=0.0)
+    return newest(df, ["model", "role", "dataset", "gamma"])
 
 
 def choose(cells: pd.DataFrame) -> pd.DataFrame:
@@ -128,16 +129,9 @@ def choose(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def protocol_table(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> pd.DataFrame:
-    """One row per model × γ: speedup per method and dataset, each method's mean, the protocol's score, the choice."""
-    cells = protocol_cells(frame, defaults)
-    if cells.empty:
-        return pd.DataFrame()
-    return _table(cells, noise_aware(cells, choose(cells)))
-
-
 def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
-    """`protocol_table` from the protocol's cells and their (noise-aware) choice."""
+    """One row per model × γ: speedup per method and dataset, each method's mean, the protocol's score, the choice
+    (the paper's and the noise-aware one), from the protocol's cells and their choice."""
     wide = cells.pivot_table(index=["model", "gamma"], columns=["role", "dataset"], values="speedup", aggfunc="mean")
     rows = []
     for r in choice.itertuples():
@@ -219,7 +213,7 @@ def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None)
         "within each method and dataset, the cells' own per-prompt columns; weakly paired: each γ is its own cell); "
         f"the sweep's extension follows the best mean. Chosen: {said}. Put it in "
         f"conf/model/<model>.yaml as `gamma:` (the tables that hold γ fixed use it). From {len(used)} records "
-        f"(sweeps: {sweeps(used)}).{_clock(used)}"
+        f"(sweeps: {sweeps(used)}).{clock(used)}"
     )
     return [
         Table(

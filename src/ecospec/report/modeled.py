@@ -1,6 +1,7 @@
-"""The modeled table's inputs on their own: `modeled_cells.json` (written by `make tables` beside modeled.md) holds
-per model × T × method the records' α and E, the drafter, the tree's depth and whether the method calls the
-predictor, so modeled.md can be rebuilt when the cost model changes without rerunning or keeping the cells:
+"""Rebuild the modeled table from its inputs alone: `modeled_cells.json` (written by `make tables` beside modeled.md;
+`report/roofline.py`) holds per model × T × method the records' α and E, the drafter, the tree's depth and whether
+the method calls the predictor, so modeled.md can be rebuilt when the cost model changes without rerunning or
+keeping the cells:
 
     python -m ecospec.report.modeled --summary reports/tiny/modeled_cells.json --out reports/tiny
 
@@ -15,37 +16,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from ecospec.atomic import write_json
-from ecospec.report.tables import MODELED_CELLS, Table, model_label, modeled_note, modeled_rows
-from ecospec.report.write import write_table
-
-SUMMARY = "modeled_cells.json"
-TITLE = "GPU latency and speedup on H100, H200, B200 (roofline model: *modeled*, not measured)"
-
-
-def write_summary(cells: pd.DataFrame, gammas: str, records: int, sweeps: str, out_dir: Path) -> Path:
-    """The modeled table's inputs as `out_dir/modeled_cells.json`."""
-    rows = [
-        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
-        for r in cells[MODELED_CELLS].to_dict("records")
-    ]
-    path = Path(out_dir) / SUMMARY
-    write_json(path, {"records": records, "sweeps": sweeps, "gammas": gammas, "rows": rows}, indent=1)
-    return path
+from ecospec.analysis.cost import load_model_config, model_cost, modeled_step, step_parts
+from ecospec.report.frame import model_label
+from ecospec.report.paper import paper_values
+from ecospec.report.roofline import MODELED_CELLS, NAME, SUMMARY, TITLE, modeled_note, modeled_rows
+from ecospec.report.write import Table, write_table
 
 
 def rebuild(summary: Path, out_dir: Path) -> list[Path]:
     """modeled.md / .tex / .csv from a `modeled_cells.json`, with today's cost model (no records, no overhead fits:
     a summary's rows were measured on CPUs, whose records fit no GPU overhead)."""
-    from ecospec.analysis.cost import load_model_config, model_cost
-
     s = json.loads(Path(summary).read_text())
     cells = pd.DataFrame(s["rows"], columns=MODELED_CELLS)
     costs = {m: model_cost(load_model_config(m)) for m in cells["model"].unique()}
     out = modeled_rows(cells, costs)
     note = modeled_note(s["gammas"], s["records"], s["sweeps"], {}, {})
     note += f" Rebuilt from {Path(summary).name} (the cells' α and E), not from the records."
-    return write_table(Table("modeled", "Modeled", TITLE, note, out, True, cells), Path(out_dir))
+    return write_table(Table(NAME, "Modeled", TITLE, note, out, True, cells), Path(out_dir))
 
 
 PAPER_ROWS = (
@@ -62,9 +49,6 @@ def paper_table3(gpu: str = "H100", depth: int = 3) -> pd.DataFrame:
     """The EcoSpec paper's Table 3 (its measured T_draft, T_pred, T_verify, T_step and speedup, at its α and E)
     beside the roofline model at the same α and E: the speedup with the verify pass alone, and with the whole step
     costed (each of `depth` draft passes and the predictor's pass), and the modeled T_draft and T_pred."""
-    from ecospec.analysis.cost import load_model_config, model_cost, modeled_step, step_parts
-    from ecospec.report.paper import paper_values
-
     paper = paper_values(3)
     rows = []
     for model, method, drafter, predictor in PAPER_ROWS:

@@ -1,4 +1,4 @@
-"""The MoE-Spec comparison's figure, from the MoE-Spec table (`tables.table_moespec`), PNG + PDF as
+"""The MoE-Spec comparison's figure, from the MoE-Spec table (`moespec.table_moespec`), PNG + PDF as
 `report/figures.py` writes them:
 
 * fig_moespec_pareto_<model>: speedup against quality at T = 0, one panel per quality measure (budget error rate,
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
-from ecospec.report.tables import model_label
+from ecospec.report.figures import FigureInfo, remove_stale, save, slug, suptitle
+from ecospec.report.frame import model_label
 
 FILE_NAME = re.compile(r"fig_moespec_pareto_.+\.(png|pdf)")
 GPU_MARKERS = {"H100": "^", "H200": "s", "B200": "D"}
@@ -44,7 +44,7 @@ def pareto_figure(table: pd.DataFrame, model: str) -> tuple[Figure, str] | None:
     gpus = [c.split()[1] for c in rows.columns if c.startswith("modeled ") and c.endswith(" speedup")]
     fig = Figure(figsize=(6.2 * len(QUALITY), 4.8), layout="constrained")
     axes = fig.subplots(1, len(QUALITY), squeeze=False)[0]
-    _suptitle(fig, f"{model}: speedup vs quality, EcoSpec (lossless) and MoE-Spec's expert budget (T = 0)")
+    suptitle(fig, f"{model}: speedup vs quality, EcoSpec (lossless) and MoE-Spec's expert budget (T = 0)")
     for ax, (metric, xlabel) in zip(axes, QUALITY, strict=True):
         for method, g in rows.groupby("Method", sort=False):
             colour = _colour(method)
@@ -101,10 +101,10 @@ def write_pareto_figures(table: pd.DataFrame | None, used: pd.DataFrame | None, 
         if drawn is None:
             continue
         out_dir.mkdir(parents=True, exist_ok=True)
-        name = f"fig_moespec_pareto_{_slug(model)}"
+        name = f"fig_moespec_pareto_{slug(model)}"
         rows = used if used is not None else pd.DataFrame({"experiment": [], "model": []})
         rows = rows[rows["model"].map(model_label) == model]
         experiments = sorted(rows["experiment"].dropna().astype(str).unique())
-        infos.append(FigureInfo(name, _save(drawn[0], out_dir / name), drawn[1], experiments, len(rows)))
+        infos.append(FigureInfo(name, save(drawn[0], out_dir / name), drawn[1], experiments, len(rows)))
     remove_stale(out_dir, infos, FILE_NAME)
     return infos

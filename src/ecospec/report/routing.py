@@ -1,61 +1,31 @@
 """The overlap paper's analyses as report tables: routing overlap (its Tables 2/13, 17-18, 19, 3/20), acceptance
 vs routing (Tables 14-15, 16) and target efficiency (Tables 1, 10, 11), with the paper's values beside ours.
 
-Routing data per model, each row saying which it used (`Data`):
-* "SD records": the committed sequences rebuilt from the verify-pass traces of the model's ok SD records
-  (`analysis.traces.sequence_routes`; cells run with trace_steps > 0), pooled over records, with the datasets as
-  the data slices (Table 18's spread). At T = 0 every method commits the same greedy sequence, so a (dataset,
-  prompt, turn) enters once (its longest trace); sampled (T > 0) sequences all enter.
-* "vLLM records": the committed sequences of `backend=vllm` records run with `backend.routed_experts=true`, routed by
-  vLLM itself (`vllm_backend.routes`), pooled the same way: a second engine's routing beside ours.
-* "tiny corpus": for a tiny model (config source `tiny`) the routing traces of its build (`ecospec.tiny.build`,
-  stage `traces`: the target over corpus windows), when that build is on this machine.
+Routing data per model, each row saying which it used (`Data`): `routing_data.py`.
 Statistics (`analysis.overlap`): overlap at step distance 1-4, its uniform (k/N) and independence baselines,
 per-layer step-1 overlap, unique experts in 4-token windows (the paper's K = 3 drafts + root) and their IPF
 predictions (`analysis.ipf`; uniform and skewed = measured per-expert loads; "—" where the measured overlaps are
-infeasible for IPF). Acceptance (`analysis.acceptance`) reads the drafted tokens of every traced SD record,
-grouped by model, T and method. Figures: `report/routing_figures.py`.
+infeasible for IPF). The acceptance tables: `routing_acceptance.py`; target efficiency: `target_efficiency.py`;
+the paper's rows beside ours: `overlap_paper.py`; figures: `routing_figures.py`. `build_routing` builds them all.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.acceptance import anchor_drop, compare_by_depth, held_out
-from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
-from ecospec.analysis.ipf import unique_experts
-from ecospec.analysis.overlap import Pooled, pooled
-from ecospec.analysis.stats import size_label
-from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes
-from ecospec.report.paper import overlap_paper_values
-from ecospec.report.tables import PAPER_GAMMA, Table, _at, _newest, model_label, prepare, sweeps
+from ecospec.analysis.cost import ModelCost
+from ecospec.report.frame import model_label, prepare, sweeps
+from ecospec.report.overlap_paper import PAPER_DATA, beside_paper, paper_model, paper_rows
+from ecospec.report.routing_acceptance import acceptance_table, heldout_table, traced_cells
+from ecospec.report.routing_data import CORPUS, MAX_DISTANCE, RoutingData, collect, data_label
+from ecospec.report.routing_figures import write_routing_figures
+from ecospec.report.target_efficiency import te_paper_table, te_table
+from ecospec.report.write import Table
 
-WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the root
-MAX_DISTANCE = 4  # step distances of Table 17
-RECORDS, VLLM_RECORDS, CORPUS = "SD records", "vLLM records", "tiny corpus"
-DATA_ORDER = (RECORDS, VLLM_RECORDS, CORPUS)
-# conf/model name -> the overlap paper's model name (report/paper_overlap/README.md)
-PAPER_MODELS = {"qwen3": "qwen3_235b", "qwen3_30b": "qwen3_30b", "mixtral": "mixtral", "gptoss": "gptoss_120b"}
-PAPER_LABELS = {
-    "mixtral": "Mixtral-8x7B",
-    "qwen2_57b": "Qwen2-57B",
-    "glm47_flash": "GLM-4.7-Flash",
-    "qwen3_30b": "Qwen3-30B",
-    "qwen3_235b": "Qwen3-235B",
-    "kimi_k25": "Kimi-K2.5",
-    "qwen35_35b": "Qwen3.5-35B",
-    "gptoss_120b": "GPT-OSS-120B",
-    "qwen3_next_80b": "Qwen3-Next-80B",
-}
-PAPER_METHODS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "Separate draft"}
-PAPER_DATA = {"mtbench": "MT-Bench", "specbench": "Spec-Bench", "aya": "Aya"}
 TABLE_NAMES = (
     "overlap_te_paper",
     "overlap_te",
@@ -66,178 +36,6 @@ TABLE_NAMES = (
     "overlap_acceptance",
     "overlap_heldout",
 )
-
-
-# -- routing data ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoutingSource:
-    """Routing statistics of one model from one kind of data."""
-
-    model: str
-    data: str  # one of DATA_ORDER
-    stats: Pooled  # slices: datasets (records) or the one corpus slice
-    sequences: int
-    used: pd.DataFrame  # the records behind it (none for a corpus)
-    ipf_uniform: float
-    ipf_skewed: float
-
-
-@dataclass
-class RoutingData:
-    """What the overlap tables and figures read: routing sources, and the drafted tokens of each traced record."""
-
-    sources: list[RoutingSource] = field(default_factory=list)
-    traced: pd.DataFrame = field(default_factory=pd.DataFrame)  # the traced ok records (no trace column)
-    tokens: dict[str, DraftTokens] = field(default_factory=dict)  # record path -> its drafted tokens
-
-    def models(self) -> list[str]:
-        return list(dict.fromkeys(s.model for s in self.sources))
-
-
-def _has_trace(t) -> bool:
-    return isinstance(t, list) and len(t) > 0
-
-
-def _ipf(stats, loads=None) -> float:
-    try:
-        return unique_experts(stats.k, stats.n_experts, stats.overlap[: WINDOW - 1], WINDOW, loads)
-    except ValueError:  # overlaps undefined (short sequences) or infeasible for the loads
-        return float("nan")
-
-
-def _source(model: str, data: str, routes: list, slices: list, n_experts: int, used: pd.DataFrame) -> RoutingSource:
-    stats = pooled(routes, n_experts, slices, MAX_DISTANCE, WINDOW)
-    return RoutingSource(model, data, stats, len(routes), used, _ipf(stats.all), _ipf(stats.all, stats.all.probs))
-
-
-def _trace_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
-    return sequence_routes(rec.trace)
-
-
-def _vllm_sequences(rec) -> list[tuple[tuple, np.ndarray]]:
-    return [((r["prompt"], r["turn"]), np.asarray(r["routes"], dtype=np.int64)) for r in rec.routes]
-
-
-def _record_sources(traced: pd.DataFrame, data: str, sequences) -> list[RoutingSource]:
-    """One source per model from its records' committed sequences (`sequences(record)`: ((prompt, turn), routes))."""
-    out = []
-    for model, rows in traced.groupby("model", sort=True):
-        seqs: dict[tuple, tuple[str, np.ndarray]] = {}
-        for rec in rows.itertuples():
-            runs: Counter = Counter()  # a (prompt, turn) whose trace has a gap gives several runs
-            for (prompt, turn), routes in sequences(rec):
-                runs[prompt, turn] += 1
-                key = (prompt, turn, runs[prompt, turn]) + ((rec.dataset,) if rec.temperature == 0 else (rec.path,))
-                if key not in seqs or len(routes) > len(seqs[key][1]):
-                    seqs[key] = (rec.dataset, routes)
-        shapes = Counter(r.shape[1:] for _, r in seqs.values())
-        shape = shapes.most_common(1)[0][0]
-        if len(shapes) > 1:
-            warnings.warn(f"model {model}: {data} routes of other [layers, k] than {shape} left out", stacklevel=3)
-        kept = [(d, r) for d, r in seqs.values() if r.shape[1:] == shape]
-        n = rows["num_experts"].dropna()
-        n_experts = int(n.mode().iloc[0]) if len(n) else int(max(r.max() for _, r in kept)) + 1
-        used = rows.drop(columns=["trace", "routes", "expert_load"], errors="ignore")
-        out.append(_source(model, data, [r for _, r in kept], [d for d, _ in kept], n_experts, used))
-    return out
-
-
-def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
-    """The routing traces of a tiny model's build on this machine (one array [tokens, layers, k] per corpus window)
-    and N; None for another model or when a cache build has no traces. The release ships none: they are traced from
-    it on first use (``tiny.build``, about a minute) and kept in the cache."""
-    if model_config.get("source") != "tiny":
-        return None
-    try:
-        from ecospec.tiny.build import build, paths, source
-
-        budget = model_config.get("budget") or "full"
-        folder = paths(budget)["traces"]
-        if not (folder / "manifest.json").exists():
-            if source(budget) != "release":
-                return None  # a cache build without its traces stage: nothing to read
-            build(budget, until="traces", progress=False)  # traced from the release once, then kept
-        from ecospec.predictor.traces import load_traces
-
-        traces = load_traces(folder)
-    except (OSError, ValueError, KeyError) as e:
-        warnings.warn(f"model {model_config.get('name')}: tiny build traces unreadable ({e})", stacklevel=2)
-        return None
-    if traces.num_samples == 0:
-        return None
-    return [traces.sample(i)[1] for i in range(traces.num_samples)], traces.num_experts
-
-
-def collect(frame: pd.DataFrame, model_configs: Mapping[str, Mapping] | None = None) -> RoutingData:
-    """Routing sources of every model with traced ok SD records or a tiny build with traces, and the drafted tokens
-    of every traced record. Budgeted records (MoE-Spec's cap re-routes tokens) are not the target's routing."""
-    ok = frame[frame["status"] == "ok"] if "status" in frame else frame.iloc[0:0]
-    if "expert_budget" in ok:
-        ok = ok[ok["expert_budget"].isna()]
-    # astype(bool): on an empty frame the mapped mask is of dtype object, and indexing by it drops every column
-    traced = ok[ok["trace"].map(_has_trace).astype(bool)] if "trace" in ok else ok.iloc[0:0]
-    routed = ok[ok["routes"].map(_has_trace).astype(bool)] if "routes" in ok else ok.iloc[0:0]
-    data = RoutingData(traced=traced.drop(columns=["trace", "routes", "expert_load"], errors="ignore"))
-    if len(traced):
-        data.sources = _record_sources(traced, RECORDS, _trace_sequences)
-        data.tokens = {rec.path: draft_tokens(rec.trace) for rec in traced.itertuples()}
-    if len(routed):
-        data.sources += _record_sources(routed, VLLM_RECORDS, _vllm_sequences)
-    for model, cfg in sorted((model_configs or {}).items()):
-        corpus = corpus_routes(cfg)
-        if corpus is not None:
-            routes, n = corpus
-            none = data.traced.iloc[0:0]
-            data.sources.append(_source(model, CORPUS, routes, [CORPUS] * len(routes), n, none))
-    order = {m: i for i, m in enumerate(sorted({s.model for s in data.sources}))}
-    data.sources.sort(key=lambda s: (order[s.model], DATA_ORDER.index(s.data)))
-    return data
-
-
-# -- table helpers -----------------------------------------------------------------------------------------------
-
-
-def _paper(table: int, metrics: Mapping[str, str], rows: list[str], label) -> pd.DataFrame:
-    """The overlap paper's Table `table` as rows (Source "paper"): `metrics` maps its metric names to our
-    columns, `rows` are the long-format columns that make a row, `label(first long row)` gives its label cells."""
-    p = overlap_paper_values(table)
-    p = p[p["metric"].isin(list(metrics))]
-    out = []
-    for _, g in p.groupby(rows, sort=False):
-        cells = {metrics[m]: v for m, v in zip(g["metric"], g["value"], strict=True)}
-        out.append({**label(g.iloc[0]), "Source": "paper", **cells})
-    return pd.DataFrame(out)
-
-
-def _paper_model(p) -> str:
-    return PAPER_LABELS.get(p["model"], p["model"])
-
-
-def _order(ours: pd.DataFrame, paper: pd.DataFrame, models: list[str], labels: list[str]) -> pd.DataFrame:
-    """Our rows, each model followed by the paper's rows of the same model; then the paper's other models."""
-    same = {model_label(m): PAPER_LABELS[PAPER_MODELS[m]] for m in models if m in PAPER_MODELS}
-    parts = []
-    shown = set()
-    for m in dict.fromkeys(ours["Model"]) if len(ours) else []:
-        parts.append(ours[ours["Model"] == m])
-        if m in same and len(paper):
-            parts.append(paper[paper["Model"] == same[m]])
-            shown.add(same[m])
-    if len(paper):
-        parts.append(paper[~paper["Model"].isin(shown)])
-    out = pd.concat([p for p in parts if len(p)], ignore_index=True) if parts else pd.DataFrame()
-    values = [c for c in out.columns if c not in labels]
-    return out[[c for c in labels if c in out.columns] + values]
-
-
-def _data_label(s: RoutingSource, slice_name: str | None = None) -> str:
-    if s.data == CORPUS:
-        return f"{CORPUS} ({s.sequences} windows)"
-    if slice_name is None:
-        return f"{s.data}: pooled ({s.sequences} sequences, {len(s.stats.slices)} datasets)"
-    return f"{s.data}: {slice_name}"
 
 
 # -- routing tables ----------------------------------------------------------------------------------------------
@@ -259,7 +57,7 @@ def step1_table(data: RoutingData) -> pd.DataFrame:
     independence and its share of the empirical overlap."""
     ours = pd.DataFrame(
         [
-            {"Model": model_label(s.model), "Data": _data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
+            {"Model": model_label(s.model), "Data": data_label(s), "Source": "ours", **_step1_row(s.stats.all)}
             for s in data.sources
         ]
     )
@@ -270,10 +68,10 @@ def step1_table(data: RoutingData) -> pd.DataFrame:
         "overlap_temporal": "Temporal overlap",
         "temporal_share": "Temporal share",
     }
-    p13 = _paper(13, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 13"})
-    p2 = _paper(2, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 2"})
+    p13 = paper_rows(13, metrics, ["model"], lambda r: {"Model": paper_model(r), "Data": "paper Table 13"})
+    p2 = paper_rows(2, metrics, ["model"], lambda r: {"Model": paper_model(r), "Data": "paper Table 2"})
     paper = pd.concat([p13, p2[~p2["Model"].isin(p13["Model"])]], ignore_index=True)
-    return _order(ours, paper, data.models(), ["Model", "Data", "Source"])
+    return beside_paper(ours, paper, data.models(), ["Model", "Data", "Source"])
 
 
 def _distance_row(overlap, independence, tokens) -> dict:
@@ -287,30 +85,30 @@ def distance_table(data: RoutingData) -> pd.DataFrame:
     for s in data.sources:
         base = {"Model": model_label(s.model), "Source": "ours"}
         a = s.stats.all
-        rows.append({**base, "Data": _data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
+        rows.append({**base, "Data": data_label(s), **_distance_row(a.overlap, a.independence, a.tokens)})
         if s.data != CORPUS and len(s.stats.slices) > 1:
             for name, st in s.stats.slices.items():
                 rows.append(
-                    {**base, "Data": _data_label(s, name), **_distance_row(st.overlap, st.independence, st.tokens)}
+                    {**base, "Data": data_label(s, name), **_distance_row(st.overlap, st.independence, st.tokens)}
                 )
             overlap, indep = s.stats.spread("overlap"), s.stats.spread("independence")
             for what in ("mean", "min", "max"):
                 cells = _distance_row(getattr(overlap, what), getattr(indep, what), np.nan)
-                rows.append({**base, "Data": _data_label(s, f"slice {what}"), **cells})
+                rows.append({**base, "Data": data_label(s, f"slice {what}"), **cells})
     metrics = {f"overlap_d{d}": f"Step {d} overlap" for d in range(1, MAX_DISTANCE + 1)}
     metrics["overlap_independence"] = "Independence overlap"
-    p17 = _paper(17, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 17"})
-    p18 = _paper(
+    p17 = paper_rows(17, metrics, ["model"], lambda r: {"Model": paper_model(r), "Data": "paper Table 17"})
+    p18 = paper_rows(
         18,
         metrics,
         ["model", "dataset", "setting"],
         lambda r: {
-            "Model": _paper_model(r),
+            "Model": paper_model(r),
             "Data": f"paper Table 18: {PAPER_DATA.get(r['dataset'], r['dataset'])}"
             + (f" {r['setting']}" if r["setting"] else ""),
         },
     )
-    return _order(
+    return beside_paper(
         pd.DataFrame(rows), pd.concat([p17, p18], ignore_index=True), data.models(), ["Model", "Data", "Source"]
     )
 
@@ -324,7 +122,7 @@ def layers_table(data: RoutingData) -> pd.DataFrame:
             rows.append(
                 {
                     "Model": model_label(s.model),
-                    "Data": _data_label(s),
+                    "Data": data_label(s),
                     "Layer": layer,
                     "Source": "ours",
                     "Step 1 overlap": float(ov),
@@ -332,14 +130,14 @@ def layers_table(data: RoutingData) -> pd.DataFrame:
                     "Empirical/independence ratio": float(ov / ind) if ind > 0 else np.nan,
                 }
             )
-    paper = _paper(
+    paper = paper_rows(
         19,
         {"layer_overlap": "Step 1 overlap", "layer_independence": "Independence overlap"},
         ["model", "setting"],
-        lambda r: {"Model": _paper_model(r), "Data": "paper Table 19", "Layer": int(r["setting"].split("=")[1])},
+        lambda r: {"Model": paper_model(r), "Data": "paper Table 19", "Layer": int(r["setting"].split("=")[1])},
     )
     paper["Empirical/independence ratio"] = paper["Step 1 overlap"] / paper["Independence overlap"]
-    return _order(pd.DataFrame(rows), paper, data.models(), ["Model", "Data", "Layer", "Source"])
+    return beside_paper(pd.DataFrame(rows), paper, data.models(), ["Model", "Data", "Layer", "Source"])
 
 
 def _err(pred: float, emp: float) -> float:
@@ -355,7 +153,7 @@ def unique_table(data: RoutingData) -> pd.DataFrame:
         rows.append(
             {
                 "Model": model_label(s.model),
-                "Data": _data_label(s),
+                "Data": data_label(s),
                 "Source": "ours",
                 "top_k": a.k,
                 "num_experts": a.n_experts,
@@ -381,277 +179,10 @@ def unique_table(data: RoutingData) -> pd.DataFrame:
         "unique_ipf_skewed": "Skewed-IPF experts",
         "ipf_skewed_err": "Skewed-IPF err",
     }
-    p20 = _paper(20, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 20"})
-    p3 = _paper(3, metrics, ["model"], lambda r: {"Model": _paper_model(r), "Data": "paper Table 3"})
+    p20 = paper_rows(20, metrics, ["model"], lambda r: {"Model": paper_model(r), "Data": "paper Table 20"})
+    p3 = paper_rows(3, metrics, ["model"], lambda r: {"Model": paper_model(r), "Data": "paper Table 3"})
     paper = pd.concat([p20, p3[~p3["Model"].isin(p20["Model"])]], ignore_index=True)
-    return _order(pd.DataFrame(rows), paper, data.models(), ["Model", "Data", "Source"])
-
-
-# -- acceptance tables -------------------------------------------------------------------------------------------
-
-
-def _labelled(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
-    """The traced records with the tables' method label (tables.prepare), in the tables' order."""
-    if data.traced.empty:
-        return data.traced
-    df = prepare(frame, defaults)
-    return df[df["path"].isin(list(data.tokens))]
-
-
-def _group_tokens(data: RoutingData, rows: pd.DataFrame) -> DraftTokens:
-    return DraftTokens.concat(data.tokens[p] for p in rows["path"])
-
-
-def acceptance_table(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
-    """Tables 14-15 (and Figure 9's anchor overlap): per model, T, method and draft depth, the consecutive
-    overlap of accepted vs first-rejected tokens (Δ = accepted − rejected, Cohen's d, Welch's p, size), and their
-    anchor overlap with the root."""
-    rows = []
-    labelled = _labelled(data, frame, defaults)
-    for (model, t, label), g in labelled.groupby(["model", "temperature", "label"], sort=False):
-        for c in compare_by_depth(_group_tokens(data, g)):
-            con, anc = c.consecutive, c.anchor
-            rows.append(
-                {
-                    "Model": model_label(model),
-                    "T": t,
-                    "Method": label,
-                    "Depth": c.depth,
-                    "Source": "ours",
-                    "Accepted overlap": c.overlap_accepted,
-                    "1st-rejected overlap": c.overlap_first_rejected,
-                    "Consecutive delta": con.delta if con else np.nan,
-                    "Cohen d": con.cohen_d if con else np.nan,
-                    "Welch p": con.p_value if con else np.nan,
-                    "Size": con.size if con else None,
-                    "Accepted n": c.n_accepted,
-                    "1st-rejected n": c.n_first_rejected,
-                    "Accepted anchor": c.anchor_accepted,
-                    "1st-rejected anchor": c.anchor_first_rejected,
-                    "Anchor delta": anc.delta if anc else np.nan,
-                    "Anchor d": anc.cohen_d if anc else np.nan,
-                }
-            )
-    metrics = {
-        "overlap_accepted": "Accepted overlap",
-        "overlap_first_rejected": "1st-rejected overlap",
-        "n_first_rejected": "1st-rejected n",
-    }
-
-    def label(r):
-        return {
-            "Model": _paper_model(r),
-            "Method": PAPER_METHODS.get(r["method"], r["method"]),
-            "Depth": int(r["setting"].split("=")[1]),
-        }
-
-    p14 = _paper(14, metrics, ["model", "setting"], label)
-    p15 = _paper(
-        15, {"delta": "Consecutive delta", "cohen_d": "Cohen d", "p_value": "Welch p"}, ["model", "setting"], label
-    )
-    paper = p14.merge(p15, on=["Model", "Method", "Depth", "Source"], how="outer")
-    paper["Size"] = paper["Cohen d"].map(size_label)
-    return _order(
-        pd.DataFrame(rows), paper, sorted(set(labelled["model"])), ["Model", "T", "Method", "Depth", "Source"]
-    )
-
-
-def heldout_table(data: RoutingData, frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
-    """Table 16: per model, T and method, the median across datasets (held-out slices) of Δ_j and of the anchor
-    drop; "pooled" rows give the same over all the group's tokens."""
-    rows = []
-    labelled = _labelled(data, frame, defaults)
-    for (model, t, label), g in labelled.groupby(["model", "temperature", "label"], sort=False):
-        by_slice = {ds: _group_tokens(data, rows_ds) for ds, rows_ds in g.groupby("dataset", sort=True)}
-        summary = held_out(by_slice)
-        base = {"Model": model_label(model), "T": t, "Method": label, "Source": "ours"}
-        cells = {f"Depth {d} delta": v for d, v in summary.delta.items()}
-        plural = "s" if summary.slices != 1 else ""
-        rows.append(
-            {
-                **base,
-                "Data": f"median over {summary.slices} dataset{plural}",
-                **cells,
-                "Anchor-drop delta": summary.anchor_drop,
-            }
-        )
-        everything = DraftTokens.concat(by_slice.values())
-        pooled_cells = {
-            f"Depth {c.depth} delta": c.consecutive.delta
-            for c in compare_by_depth(everything)
-            if c.consecutive is not None
-        }
-        rows.append({**base, "Data": "pooled", **pooled_cells, "Anchor-drop delta": anchor_drop(everything)})
-    ours = pd.DataFrame(rows)
-    depth_cols = sorted((c for c in ours.columns if c.startswith("Depth ")), key=lambda c: int(c.split()[1]))
-    ours = ours[
-        [c for c in ours.columns if c not in depth_cols and c != "Anchor-drop delta"]
-        + depth_cols
-        + (["Anchor-drop delta"] if "Anchor-drop delta" in ours else [])
-    ]
-    p = overlap_paper_values(16)
-    depth = "Depth " + p["setting"].str.removeprefix("depth=") + " delta"
-    p = p.assign(metric=np.where(p["metric"] == "delta_median", depth, "Anchor-drop delta"))
-    paper = _paper_frame(
-        p,
-        lambda r: {
-            "Model": _paper_model(r),
-            "Method": PAPER_METHODS.get(r["method"]),
-            "Data": f"paper: median over {PAPER_DATA.get(r['dataset'])} slices",
-        },
-    )
-    return _order(ours, paper, sorted(set(labelled["model"])), ["Model", "T", "Method", "Data", "Source"])
-
-
-def _paper_frame(p: pd.DataFrame, label) -> pd.DataFrame:
-    """Long paper values whose `metric` is already our column name, one row per (model, method, dataset)."""
-    out = []
-    for _, g in p.groupby(["model", "method", "dataset"], sort=False):
-        out.append({**label(g.iloc[0]), "Source": "paper", **dict(zip(g["metric"], g["value"], strict=True))})
-    return pd.DataFrame(out)
-
-
-# -- target efficiency -------------------------------------------------------------------------------------------
-
-
-def te_cells(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
-    """SD records with a same-batch-size AR step time and a verify time, at the main settings (γ = 4: the paper's
-    K = 3) but any batch size, standard drafter and predictor; the newest per cell."""
-    df = prepare(frame, defaults)
-    df = _at(df[df["standard"] & (df["role"] != "ar")], batch_size=None, gamma=PAPER_GAMMA)  # the overlap paper's K
-    df = df[df["ar_t_step_s"].gt(0) & df["t_verify_s"].gt(0) & df["E"].notna()]
-    return _newest(df, ["model", "temperature", "role", "drafter", "batch_buffer", "batch_size", "dataset"])
-
-
-def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Tables 1/10-style target efficiency per model × T × method × B × dataset: measured TE = T_step(AR) /
-    T_verify(SD) at the same B (the record's ar_t_step_s / t_verify_s), predicted TE from activated-expert bytes
-    (`analysis.cost.target_efficiency` with the measured E), gap = measured − predicted; and the cells used."""
-    cells = te_cells(frame, defaults)
-    ar = prepare(frame, defaults)
-    ar = _at(ar[ar["role"] == "ar"], batch_size=None, gamma=None).drop_duplicates(
-        ["model", "temperature", "batch_size", "dataset"], keep="last"
-    )
-    ar_e = ar.set_index(["model", "temperature", "batch_size", "dataset"])["E"]
-    rows = []
-    for r in cells.itertuples():
-        cost = costs.get(r.model)
-        unique_ar = ar_e.get((r.model, r.temperature, r.batch_size, r.dataset), np.nan)
-        if not np.isfinite(unique_ar):  # the AR baseline measured with the cell (its E: the batch's union)
-            unique_ar = r.ar_experts_per_layer if np.isfinite(r.ar_experts_per_layer) else np.nan
-        if not np.isfinite(unique_ar) and r.batch_size == 1 and cost is not None:
-            unique_ar = cost.top_k  # one token's pass: k experts per layer
-        predicted = np.nan
-        if cost is not None and np.isfinite(unique_ar):
-            predicted = target_efficiency(cost.expert_bytes, cost.dense_bytes / cost.moe_layers, unique_ar, r.E)
-        measured = r.ar_t_step_s / r.t_verify_s
-        rows.append(
-            {
-                "Model": model_label(r.model),
-                "T": r.temperature,
-                "Method": r.label,
-                "B": r.batch_size,
-                "Dataset": r.Dataset,
-                "Setting": r.hardware,
-                "Source": "ours",
-                "E": r.E,
-                "ar_t_step_ms": r.ar_t_step_s * 1e3,
-                "t_verify_ms": r.t_verify_s * 1e3,
-                "Measured te": measured,
-                "Predicted te": predicted,
-                "TE gap": measured - predicted,
-            }
-        )
-    p = pd.concat([overlap_paper_values(1), overlap_paper_values(10)], ignore_index=True)
-    p = p[p["metric"].isin(["te_pred", "te_observed", "te_gap", "unique_sd"])]
-    paper = []
-    for _, g in p.groupby(["model", "method", "setting"], sort=False):
-        v = dict(zip(g["metric"], g["value"], strict=True))
-        r = g.iloc[0]
-        paper.append(
-            {
-                "Model": _paper_model(r),
-                "Method": PAPER_METHODS.get(r["method"], r["method"]),
-                "B": 1,
-                "Setting": f"{r['setting']} (H100)",
-                "Source": "paper",
-                "E": v.get("unique_sd"),
-                "Measured te": v.get("te_observed"),
-                "Predicted te": v.get("te_pred"),
-                "TE gap": v.get("te_gap"),
-            }
-        )
-    table = _order(
-        pd.DataFrame(rows),
-        pd.DataFrame(paper),
-        sorted(set(cells["model"])),
-        ["Model", "T", "Method", "B", "Dataset", "Setting", "Source"],
-    )
-    return table, cells
-
-
-def te_paper_table() -> pd.DataFrame:
-    """The paper's predicted TE recomputed from its own inputs: Table 1 (C_expert, C_dense per GPU and layer, k,
-    unique experts) via `target_efficiency`, and Table 11's corrections via `target_efficiency_shares`."""
-    rows = []
-    t1 = overlap_paper_values(1)
-    t20 = overlap_paper_values(20)
-    top_k = t20[t20["metric"] == "top_k"].set_index("model")["value"]
-    for (model, setting), g in t1.groupby(["model", "setting"], sort=False):
-        v = dict(zip(g["metric"], g["value"], strict=True))
-        k = int(top_k[model])
-        c_e, c_d, unique = v["c_expert"], v["c_dense"], v["unique_sd"]
-        ours = target_efficiency(c_e, c_d, k, unique)
-        rows.append(
-            {
-                "Model": PAPER_LABELS[model],
-                "Setting": f"Table 1: {setting}",
-                "Source": "paper inputs",
-                "c_expert": c_e,
-                "c_dense": c_d,
-                "top_k": k,
-                "Unique experts": unique,
-                "MoE share": 100 * k * c_e / (c_d + k * c_e),
-                "MoE-scale ratio": unique / k,
-                "Non-MoE-scale ratio": 1.0,
-                "Predicted te": ours,
-                "Paper-predicted te": v["te_pred"],
-                "Difference delta": ours - v["te_pred"],
-                "Paper-observed te": v["te_observed"],
-            }
-        )
-    t11 = overlap_paper_values(11)
-    v = {(s, m): x for s, m, x in zip(t11["setting"], t11["metric"], t11["value"], strict=True)}
-    base = t1[(t1["model"] == "qwen3_30b") & (t1["setting"] == "bf16, TP1")].set_index("metric")["value"]
-    share, scale, dense = base["moe_weight_share"], base["unique_sd"] / top_k["qwen3_30b"], 1.0  # step 0: weights
-    for step in ("step 0", "step 1", "step 2", "step 3"):  # each step changes one input, the others carry on
-        share = v.get((step, "moe_share"), share)
-        scale = v.get((step, "moe_scale"), scale)
-        dense = v.get((step, "dense_scale"), dense)
-        ours = target_efficiency_shares(share / 100, scale, dense)
-        rows.append(
-            {
-                "Model": "Qwen3-30B",
-                "Setting": f"Table 11: {step}",
-                "Source": "paper inputs",
-                "MoE share": share,
-                "MoE-scale ratio": scale,
-                "Non-MoE-scale ratio": dense,
-                "Predicted te": ours,
-                "Paper-predicted te": v[(step, "te")],
-                "Difference delta": ours - v[(step, "te")],
-            }
-        )
-    for what in ("measured kernel-level sum", "measured sweep wall-clock"):
-        rows.append(
-            {
-                "Model": "Qwen3-30B",
-                "Setting": f"Table 11: {what}",
-                "Source": "paper",
-                "Paper-observed te": v[(what, "te")],
-            }
-        )
-    return pd.DataFrame(rows)
+    return beside_paper(pd.DataFrame(rows), paper, data.models(), ["Model", "Data", "Source"])
 
 
 # -- the list of tables ------------------------------------------------------------------------------------------
@@ -765,7 +296,7 @@ def build_routing_tables(
     else:
         missing += ["Overlap Tables 2, 13", "Overlap Tables 17, 18", "Overlap Table 19", "Overlap Tables 3, 20"]
     if data.tokens:
-        used = _labelled(data, frame, defaults)
+        used = traced_cells(data, frame, defaults)
         tables.append(
             Table(
                 "overlap_acceptance",
@@ -815,8 +346,6 @@ def build_routing(
     defaults=None,
 ) -> tuple[list[Table], list[str], list]:
     """Tables and figures of the overlap paper's analyses (figures drawn here, in the calling process)."""
-    from ecospec.report.routing_figures import write_routing_figures
-
     data = collect(frame, model_configs)
     tables, missing = build_routing_tables(frame, data, costs, defaults)
     figures = write_routing_figures(data, figures_dir)

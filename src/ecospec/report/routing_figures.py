@@ -20,10 +20,11 @@ from matplotlib.figure import Figure
 
 from ecospec.analysis.acceptance import compare_by_depth
 from ecospec.analysis.traces import DraftTokens
-from ecospec.report.figures import FigureInfo, _save, _slug, _suptitle, remove_stale
+from ecospec.report.figures import FigureInfo, remove_stale, save, slug, suptitle
+from ecospec.report.frame import model_label
+from ecospec.report.overlap_paper import PAPER_LABELS
 from ecospec.report.paper import overlap_paper_values
-from ecospec.report.routing import CORPUS, PAPER_LABELS, RoutingData, RoutingSource, _data_label
-from ecospec.report.tables import model_label
+from ecospec.report.routing_data import CORPUS, RoutingData, RoutingSource, data_label
 
 FILE_NAME = re.compile(r"(fig_(overlap_distance|layer_overlap|accept_overlap)_.+|fig_ipf_unique)\.(png|pdf)")
 SOURCE_STYLE = {True: ("tab:green", "s"), False: ("tab:blue", "o")}  # corpus?, (colour, marker)
@@ -35,7 +36,7 @@ def _style(s: RoutingSource) -> tuple[str, str]:
 
 def _info(name: str, fig: Figure, out_dir: Path, caption: str, used: pd.DataFrame) -> FigureInfo:
     experiments = sorted(used["experiment"].dropna().astype(str).unique()) if len(used) else []
-    return FigureInfo(name, _save(fig, out_dir / name), caption, experiments, len(used))
+    return FigureInfo(name, save(fig, out_dir / name), caption, experiments, len(used))
 
 
 def distance_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
@@ -65,7 +66,7 @@ def distance_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     for s in sources:
         colour, marker = _style(s)
         a = s.stats.all
-        ax.plot(d, a.overlap, marker=marker, color=colour, linewidth=2, label=_data_label(s), zorder=3)
+        ax.plot(d, a.overlap, marker=marker, color=colour, linewidth=2, label=data_label(s), zorder=3)
         ax.axhline(a.independence, color=colour, linestyle="--", linewidth=1.2, label=f"independence ({s.data})")
     ax.axhline(sources[0].stats.all.uniform, color="black", linestyle=":", linewidth=1.2, label="uniform k/N")
     ax.set_xticks(d)
@@ -75,7 +76,7 @@ def distance_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     ax.set_ylabel("overlap ratio (experts shared by tokens t, t+d) / k")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    _suptitle(fig, f"Expert overlap vs step distance: {model_label(model)}")
+    suptitle(fig, f"Expert overlap vs step distance: {model_label(model)}")
     caption = (
         f"Overlap vs step distance ({model}): mean over MoE layers of the experts tokens t and t+d share / k, "
         "d = 1..4, per data source (SD records: committed sequences of traced SD runs; tiny corpus: the build's "
@@ -94,7 +95,7 @@ def layer_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
         colour, marker = _style(s)
         a = s.stats.all
         x = np.arange(len(a.layer_overlap))
-        ax.plot(x, a.layer_overlap, marker=marker, color=colour, linewidth=1.8, label=f"empirical: {_data_label(s)}")
+        ax.plot(x, a.layer_overlap, marker=marker, color=colour, linewidth=1.8, label=f"empirical: {data_label(s)}")
         ax.plot(x, a.layer_independence, color=colour, linestyle="--", linewidth=1.2, label=f"independence ({s.data})")
     ax.axhline(sources[0].stats.all.uniform, color="black", linestyle=":", linewidth=1.2, label="uniform k/N")
     ax.set_xlabel("MoE layer")
@@ -104,7 +105,7 @@ def layer_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    _suptitle(fig, f"Per-layer step-1 overlap: {model_label(model)}")
+    suptitle(fig, f"Per-layer step-1 overlap: {model_label(model)}")
     caption = (
         f"Per-layer step-1 overlap ({model}, Figure 10 of the overlap paper): experts shared by consecutive tokens "
         "/ k in each MoE layer (solid) against that layer's independence baseline (dashed), per data source; "
@@ -174,7 +175,7 @@ def ipf_figure(sources: list[RoutingSource]) -> tuple[Figure, str]:
     ax.set_ylabel("IPF-predicted unique experts")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="upper left")
-    _suptitle(fig, "Unique experts: IPF prediction vs empirical")
+    suptitle(fig, "Unique experts: IPF prediction vs empirical")
     caption = (
         "IPF-predicted vs empirical unique experts per MoE layer in a 4-token window (K = 3 drafts + root): the "
         "maximum-entropy IPF model from the measured overlaps at distance 1-3, with uniform (circles) or measured "
@@ -228,7 +229,7 @@ def accept_figure(model: str, tokens: DraftTokens) -> tuple[Figure, str] | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("overlap ratio (mean ± SEM)")
-    _suptitle(fig, f"Accepted vs first-rejected draft tokens: routing overlap by depth, {model_label(model)}")
+    suptitle(fig, f"Accepted vs first-rejected draft tokens: routing overlap by depth, {model_label(model)}")
     n = ", ".join(f"depth {c.depth}: {c.n_accepted} / {c.n_first_rejected}" for c in comps)
     caption = (
         f"Accepted vs first-rejected tokens ({model}; Figure 9 of the overlap paper): consecutive overlap with the "
@@ -249,9 +250,9 @@ def write_routing_figures(data: RoutingData, out_dir: Path) -> list[FigureInfo]:
         sources = [s for s in data.sources if s.model == model]
         used = pd.concat([s.used for s in sources]).drop_duplicates("path")
         fig, caption = distance_figure(sources)
-        infos.append(_info(f"fig_overlap_distance_{_slug(model)}", fig, out_dir, caption, used))
+        infos.append(_info(f"fig_overlap_distance_{slug(model)}", fig, out_dir, caption, used))
         fig, caption = layer_figure(sources)
-        infos.append(_info(f"fig_layer_overlap_{_slug(model)}", fig, out_dir, caption, used))
+        infos.append(_info(f"fig_layer_overlap_{slug(model)}", fig, out_dir, caption, used))
     if data.sources:
         fig, caption = ipf_figure(data.sources)
         used = pd.concat([s.used for s in data.sources]).drop_duplicates("path")
@@ -259,6 +260,6 @@ def write_routing_figures(data: RoutingData, out_dir: Path) -> list[FigureInfo]:
     for model, rows in data.traced.groupby("model", sort=True):
         drawn = accept_figure(model, DraftTokens.concat(data.tokens[p] for p in rows["path"]))
         if drawn is not None:
-            infos.append(_info(f"fig_accept_overlap_{_slug(model)}", drawn[0], out_dir, drawn[1], rows))
+            infos.append(_info(f"fig_accept_overlap_{slug(model)}", drawn[0], out_dir, drawn[1], rows))
     remove_stale(out_dir, infos, FILE_NAME)
     return infos

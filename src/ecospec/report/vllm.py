@@ -24,8 +24,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ecospec.analysis.cost import target_efficiency
-from ecospec.report.figures import FigureInfo, _save, _slug, remove_stale
-from ecospec.report.tables import Table, model_label, sweeps
+from ecospec.report.figures import FigureInfo, remove_stale, save, slug
+from ecospec.report.frame import model_label, sweeps
+from ecospec.report.write import Table
 
 FILE_NAME = re.compile(r"fig_vllm_tpot_speedup_.+\.(png|pdf)")
 TABLE_NAMES = ["vllm_e2e", "vllm_curve"]
@@ -181,8 +182,8 @@ def build_vllm(frame: pd.DataFrame, costs: Mapping, figures_dir: Path) -> tuple[
     ]
     infos = []
     for model in sorted(df["model"].unique()):
-        name = f"fig_vllm_tpot_speedup_{_slug(model)}"
-        files = _save(curve_figure(df, model), figures_dir / name)
+        name = f"fig_vllm_tpot_speedup_{slug(model)}"
+        files = save(curve_figure(df, model), figures_dir / name)
         rows = df[df["model"] == model]
         caption = f"TPOT speedup vs batch size, {model_label(model)}, in vLLM ({len(rows)} records)"
         infos.append(FigureInfo(name, files, caption, sorted(set(rows["experiment"].dropna())), len(rows)))

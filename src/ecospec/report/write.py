@@ -1,4 +1,6 @@
-"""Write a built table as Markdown (GitHub), LaTeX (booktabs) and CSV, and the index `README.md`.
+"""The one writer of the report's pages: a built table as Markdown (GitHub), LaTeX (booktabs) and CSV, a page of
+prose around tables (engines.md, moe_methods.md) as Markdown, and the index `README.md`. Every Markdown table, of a
+table or a page, is laid out by `grid`.
 
 Numbers are formatted by the metric a column ends with ("GSM8K speedup" -> 1.22×); a missing cell prints "—".
 The CSV keeps the numbers unformatted (empty = missing) and every row label, so it reads back as the table.
@@ -9,15 +11,43 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ecospec.report.tables import LABEL_COLUMNS, Table, sweeps
+from ecospec.report.compare import change
+from ecospec.report.frame import LABEL_COLUMNS, sweeps
 
 MISSING = "—"
+INDEX = "README.md"
+
+
+@dataclass
+class Table:
+    """A built table: its frame, how to print it and the records it came from."""
+
+    name: str  # file stem
+    label: str  # "Table 1"
+    title: str
+    note: str
+    frame: pd.DataFrame
+    combine: bool  # print each group's metrics in one cell, "a / b / c"
+    used: pd.DataFrame  # the records behind the cells
+
+
+@dataclass
+class Page:
+    """A page of prose around tables, whose cells its module prints itself (intervals, ratios, goals): its blocks in
+    order, Markdown text or a frame of printed cells (laid out by `grid`), and the records behind it for the index."""
+
+    name: str  # file stem
+    label: str  # "Engines"
+    title: str
+    blocks: list[str | pd.DataFrame]
+    used: pd.DataFrame
 
 
 def _g(digits: int):
@@ -54,7 +84,7 @@ FORMATS = {
     "d": lambda v: f"{v:+.2f}",
     "p": lambda v: f"{v:.1e}",
     "n": lambda v: f"{v:.0f}",
-    # the MoE-Spec table (tables.table_moespec)
+    # the MoE-Spec table (moespec.table_moespec)
     "budget_error_rate": lambda v: f"{v:.1%}",
     "matches_ar": lambda v: f"{v:.2f}",
     "first_divergence": lambda v: f"{v:.1f}",
@@ -143,14 +173,12 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.tables.with_intervals)
+BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.compare.with_intervals)
 
 
 def _cell(df: pd.DataFrame, c: str, i: int, ratio: bool) -> str:
     """Row i's value of column c as printed: with its interval where the table has one ("1.38× [1.21, 1.55]"); on
     a ratio row (method against method) as a change, "+4 % [−2, +9]", ≈ where the interval holds no change."""
-    from ecospec.report.compare import change
-
     v = df[c].iloc[i]
     lo, hi = (df[c + b].iloc[i] if c + b in df else math.nan for b in BOUNDS)
     bounded = not (pd.isna(v) or pd.isna(lo) or pd.isna(hi))
@@ -190,9 +218,26 @@ def display(table: Table) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def grid(cells: pd.DataFrame) -> str:
+    """A frame of printed cells as a GitHub Markdown table: the one layout of every table and page."""
+    return cells.to_markdown(index=False, disable_numparse=True)
+
+
 def to_markdown(table: Table) -> str:
-    body = display(table).to_markdown(index=False, disable_numparse=True)
-    return f"### {table.label}. {table.title}\n\n{table.note}\n\n{body}\n"
+    return f"### {table.label}. {table.title}\n\n{table.note}\n\n{grid(display(table))}\n"
+
+
+def page_markdown(page: Page) -> str:
+    blocks = [grid(b) if isinstance(b, pd.DataFrame) else b for b in page.blocks]
+    return "\n\n".join([f"# {page.title}", *blocks]) + "\n"
+
+
+def write_page(page: Page, out_dir: Path) -> Path:
+    """`<name>.md` under out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{page.name}.md"
+    path.write_text(page_markdown(page), encoding="utf-8")
+    return path
 
 
 def _latex_text(text: str) -> str:
@@ -248,9 +293,10 @@ def write_index(
     skipped: list[str],
     since=None,
     started: datetime | None = None,
+    pages: Iterable[Page] = (),
 ) -> Path:
-    """`README.md`: every table and figure file with the sweeps (experiments) and record counts it came from and
-    its newest record, then what was read and when."""
+    """`README.md`: every table, page and figure file with the sweeps (experiments) and record counts it came from
+    and its newest record, then what was read and when, and the benchmark scripts' pages beside them."""
     built = datetime.now(UTC)
     lines = ["# Reports", ""]
     ok = int((frame["status"] == "ok").sum())
@@ -262,8 +308,10 @@ def write_index(
         + (f" Took {(built - started).total_seconds():.1f} s." if started else "")
     )
     lines += ["", "## Tables", "", "| table | files | sweeps (records) | newest record |", "| --- | --- | --- | --- |"]
-    for t in tables:
-        files = " ".join(f"[{ext}]({t.name}.{ext})" for ext in ("md", "tex", "csv"))
+    pages = list(pages)
+    for t in [*tables, *pages]:
+        exts = ("md",) if isinstance(t, Page) else ("md", "tex", "csv")
+        files = " ".join(f"[{ext}]({t.name}.{ext})" for ext in exts)
         newest = _time(t.used["finished"].max()) if len(t.used) else "—"
         lines.append(f"| {t.label}. {t.title} | {files} | {sweeps(t.used)} | {newest} |")
     if missing:
@@ -279,7 +327,7 @@ def write_index(
             lines.append(f"| {f.caption} | {files} | {_experiments(f.experiments)} | {f.n_records} |")
     else:
         lines.append("None.")
-    others = _other_outputs(out_dir, {f"{t.name}.md" for t in tables} | {"README.md"})
+    others = _other_outputs(out_dir, {f"{t.name}.md" for t in [*tables, *pages]} | {INDEX})
     if others:
         lines += [
             "",
@@ -291,7 +339,7 @@ def write_index(
         ]
     if skipped:
         lines += ["", "## Skipped files", "", *[f"- `{p}`" for p in skipped]]
-    path = out_dir / "README.md"
+    path = out_dir / INDEX
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
