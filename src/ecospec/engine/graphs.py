@@ -22,7 +22,8 @@ def compile_method(obj, fn):
     """`fn` bound to `obj` on a code object of its own, compiled (fullgraph, no dynamic shapes, C++ wrapper).
 
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
-    them costs about as much as a small step), so two prepared objects (another target, other shapes) must never share one."""
+    them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
+    share one."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)

@@ -9,10 +9,10 @@ the committed context lives in a ``PredictorSession`` held by the module, so the
 passed to ``ecospec.generate(..., predictor=p)`` serves one generation at a time, like a drafter.
 
 Why a decode path of its own (``_decode``): the paper's predictor costs ~0.5 % of a verify pass. Through the HF
-backbone's forward, a one-layer predictor on a CPU spent more per step in wrappers, mask conversion and
-cache bookkeeping than in its own weights, as much as several of the tiny target's layers. ``_decode`` runs the same weights layer by layer
-(Llama-style decoders: Qwen3, Qwen2, Llama), with one RoPE call per step and a plain KV cache; the tests check
-it against the HF forward. Training and held-out evaluation use the HF forward (``forward``).
+backbone's forward, a one-layer predictor on a CPU spent more per step in wrappers, mask conversion and cache
+bookkeeping than in its own weights, as much as several of the tiny target's layers. ``_decode`` runs the same
+weights layer by layer (Llama-style decoders: Qwen3, Qwen2, Llama), with one RoPE call per step and a plain KV
+cache; the tests check it against the HF forward. Training and held-out evaluation use the HF forward (``forward``).
 """
 
 from __future__ import annotations

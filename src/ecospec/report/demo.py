@@ -18,9 +18,10 @@ from ecospec.analysis.bootstrap import bootstrap, speedup
 from ecospec.analysis.cost import load_model_config, model_cost, modeled_step
 from ecospec.experiment.records import RESULT
 from ecospec.report.compare import change, ratio_interval
+from ecospec.report.frame import prepare
 from ecospec.report.records import find_files, parse_record, records_frame
-from ecospec.report.tables import Table, prepare, row_parts
-from ecospec.report.write import to_markdown, write_table
+from ecospec.report.roofline import row_parts
+from ecospec.report.write import Table, to_markdown, write_table
 
 NAME = "demo"
 FIGURE = "demo.png"
