@@ -214,20 +214,20 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
 
     target, draft = models64(preset)
     oracle, chosen = [], []
-    real_oracle, real_select = loop.oracle_experts, session.select
+    real_oracle, real_pick = loop.oracle_experts, session.pick
 
     def spy_oracle(*args):
         out = real_oracle(*args)
         oracle.append(out)
         return out
 
-    def spy_select(*args):
-        out = real_select(*args)
+    def spy_pick(*args):
+        out = real_pick(*args)
         chosen.append(out)
         return out
 
     monkeypatch.setattr(loop, "oracle_experts", spy_oracle)
-    monkeypatch.setattr(session, "select", spy_select)  # what the method's session chooses with
+    monkeypatch.setattr(session, "pick", spy_pick)  # what the method's session chooses with
     ids = prompt(20, target.config.vocab_size, seed=13)
     res = ecospec.generate(
         target,

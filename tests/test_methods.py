@@ -9,8 +9,7 @@ import torch
 import ecospec
 from ecospec.drafters.draft_model import DraftModelDrafter
 from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
-from ecospec.methods import MethodSpec, method, methods, names
-from ecospec.methods._session import Session
+from ecospec.methods import MethodSpec, Session, method, methods, names
 from ecospec.models import perturbed_copy, tiny_model
 
 
