@@ -16,7 +16,17 @@ import torch
 from ecospec.experiment.components import pick_device, tiny_weights
 from ecospec.experiment.config import ConfigError, as_dict, job_config, job_id, job_kind, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
-from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
+from ecospec.experiment.records import (
+    FAILED,
+    RESULT,
+    SCHEMA,
+    environment,
+    is_done,
+    now,
+    read_record,
+    rows_path,
+    write_record_file,
+)
 from ecospec.parallel import env_rank, env_world, init_group, world
 
 RUN_KEYS = (
@@ -94,15 +104,16 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
 
 
 def write_record(job_dir: Path, record: dict) -> Path:
-    """result.json, unless this is a failure and an ok record is already there (then failed.json)."""
+    """result.json and its sidecar (`records.write_record_file`), unless this is a failure and an ok record is
+    already there (then failed.json)."""
     path = job_dir / RESULT
     if path.exists():
-        old = read_record(path)
+        old = read_record(path, parts=False)
         if old is None:  # unreadable: keep it for inspection rather than overwrite it
             path.rename(path.with_name(f"{RESULT}.corrupt-{int(time.time())}"))
         elif record["status"] != "ok" and old["status"] == "ok":
             path = job_dir / FAILED
-    write_json_atomic(path, record)
+    write_record_file(path, record)
     if record["status"] == "ok":
         (job_dir / FAILED).unlink(missing_ok=True)
     return path
@@ -163,6 +174,8 @@ def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> 
     if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
+    if rec is None:  # its sidecar is unreadable (warned): the job runs again
+        return None
     if weights is None or (rec.get("env") or {}).get("tiny") == weights:
         return rec
     _set_aside(job_dir, rec, weights)
@@ -213,6 +226,8 @@ def _set_aside(job_dir: Path, old: dict, weights: dict) -> None:
     was = (old.get("env") or {}).get("tiny") or {}
     tag = was.get("identity") or was.get("version") or "unknown"
     aside = job_dir / f"result.{was.get('source', 'old')}-{tag}.json"
+    if rows_path(job_dir / RESULT).exists():  # its sidecar first: the record links to it by name
+        rows_path(job_dir / RESULT).rename(rows_path(aside))
     (job_dir / RESULT).rename(aside)
     now_ = weights.get("identity") or weights.get("version")
     print(
