@@ -47,10 +47,13 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     write_json(path, obj, indent=1)
 
 
-def rows_path(path: Path) -> Path:
+def rows_path(path: str | Path) -> Path:
     """The sidecar of the record file `path`: result.json -> result.rows.jsonl."""
-    path = Path(path)
-    return path.with_name(path.stem + ROWS_SUFFIX)
+    return Path(_rows_file(str(path)))
+
+
+def _rows_file(path: str) -> str:
+    return os.path.splitext(path)[0] + ROWS_SUFFIX  # strings: a report reads thousands (pathlib is slower)
 
 
 def write_record_file(path: Path, record: dict) -> None:
@@ -91,16 +94,16 @@ def _int_matrix(text: bytes) -> np.ndarray | None:
     return flat.reshape(rows, width)
 
 
-def _read_parts(path: Path, link: dict, wanted: Collection[str], arrays: bool) -> dict:
+def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) -> dict:
     """The `wanted` parts of a record's sidecar; ValueError naming the sidecar when it is missing, belongs to
     another record or is cut short or corrupt. Reading stops after the last wanted part."""
-    side = rows_path(path)
+    side = _rows_file(path)
     wanted = [k for k in link["keys"] if k in wanted]
     out = {}
     try:
         with open(side, "rb") as f:
             if json.loads(f.readline()) != {"record": link["id"], "keys": link["keys"]}:
-                raise ValueError(f"it belongs to another record than {path.name}")
+                raise ValueError(f"it belongs to another record than {os.path.basename(path)}")
             while wanted:
                 line = f.readline()
                 key = line[2 : line.find(b'"', 2)].decode()
@@ -120,9 +123,10 @@ def load_record(path: Path, parts: bool | Collection[str] = True, arrays: bool =
     summary, config, env and status) or the named ones (the others left out, in either format); `arrays`: the
     expert load as an int64 array (None when empty). ValueError naming the file when it is unreadable or not a
     schema record, or naming its sidecar when that is missing, another record's, cut short or corrupt."""
-    path = Path(path)
+    path = str(path)
     try:
-        rec = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            rec = json.loads(f.read())
     except (OSError, ValueError) as e:
         raise ValueError(f"unreadable result file {path}: {e}") from None
     if not isinstance(rec, dict) or rec.get("schema") != SCHEMA or "status" not in rec:

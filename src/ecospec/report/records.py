@@ -116,6 +116,8 @@ COLUMNS = (
     "routes",
     "profile",
 )
+
+
 @dataclass
 class Records:
     """The frame plus what the index and the cost model need besides it."""
@@ -138,7 +140,7 @@ def _problem(rec) -> str | None:
     return None
 
 
-def _row(rec: dict, path: Path) -> dict:
+def _row(rec: dict, path: str | Path) -> dict:
     cfg = rec["config"]
     model, method = cfg["model"], cfg["method"]
     drafter = method.get("drafter")
@@ -252,7 +254,7 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
                 warnings.warn(f"skipping result file {path}: {problem}", stacklevel=2)
             skipped.append(str(path))
             continue
-        row = _row(rec, Path(path))
+        row = _row(rec, path)
         rows.append(row)
         if row["status"] == "ok" and (row["finished"] or "") >= newest.get(row["model"], ("",))[0]:
             newest[row["model"]] = (row["finished"], rec["config"]["model"])
