@@ -201,12 +201,13 @@ def record_head(d: dict) -> dict:
 
 
 def finish_record(job_dir: Path, d: dict, record: dict) -> None:
-    """Write the record (`write_record`) and, for a cell with a logger, its W&B run."""
-    write_record(job_dir, record)
+    """Write the record (`write_record`) and, for a cell with a logger, its W&B run: the record as written, read
+    back whole (sidecar merged), so that W&B mirrors the files."""
+    path = write_record(job_dir, record)
     if job_kind(d) == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
-        log_cell(record, d["logger"], job_dir)
+        log_cell(read_record(path) or record, d["logger"], job_dir)
 
 
 def _weights(d: dict) -> dict | None:
