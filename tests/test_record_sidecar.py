@@ -127,3 +127,6 @@ def test_a_record_without_rows_leaves_no_stale_sidecar(recs, tmp_path):
     assert rows_path(tmp_path / RESULT).exists()
     write_record_file(tmp_path / RESULT, {**failed, "cell_id": rec["cell_id"]})
     assert not rows_path(tmp_path / RESULT).exists() and load_record(tmp_path / RESULT)["status"] == "failed"
+    raw = json.loads((tmp_path / RESULT).read_text())  # a record read raw (no sidecar parts), written elsewhere
+    write_record_file(tmp_path / "copy" / RESULT, {**raw, "rows": {"id": "stale", "keys": ["prompts"]}})
+    assert load_record(tmp_path / "copy" / RESULT) == raw  # its link to another file's sidecar does not carry over

@@ -60,6 +60,7 @@ def write_record_file(path: Path, record: dict) -> None:
     """`record` as `path` plus its sidecar (`ROW_KEYS`), each atomically: the sidecar first, so that a record file
     never links to a sidecar that is not there yet; a record without such parts removes a stale sidecar."""
     path = Path(path)
+    record = {k: v for k, v in record.items() if k != "rows"}  # a link read raw from another file never carries over
     parts = [k for k in ROW_KEYS if k in record]
     if not parts:
         write_json_atomic(path, record)
@@ -139,7 +140,10 @@ def load_record(path: Path, parts: bool | Collection[str] = True, arrays: bool =
     if isinstance(link, dict) and wanted:
         rec.update(_read_parts(path, link, wanted, arrays))
     elif arrays and isinstance(rec.get("expert_load"), list):
-        rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64) if rec["expert_load"] else None
+        try:
+            rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64) if rec["expert_load"] else None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"result file {path}: expert_load is not a [MoE layers][N] matrix ({e})") from None
     return rec
 
 
