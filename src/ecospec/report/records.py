@@ -1,5 +1,6 @@
 """Result records -> one pandas DataFrame, a row per readable `result.json` (failed cells included, with NaN
-metrics, so the index can count them). A corrupt or partial file is skipped with a warning naming it.
+metrics, so the index can count them), read by `experiment.records.load_record` with only the sidecar parts the
+report uses (`READ_PARTS`). A corrupt or partial file (or sidecar) is skipped with a warning naming it.
 
 Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
