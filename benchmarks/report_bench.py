@@ -1,7 +1,10 @@
-"""`make tables` at scale: 10,000 synthetic result records written as files, then the whole report (every table,
-the modeled numbers, the figures and the index) built by `python -m ecospec.report` in a fresh interpreter,
-imports included. Prints the wall-clock and CPU seconds; exits non-zero when the wall clock reaches the 20 s goal
-(2 CPU cores; other load on the machine shows as wall time above the CPU time).
+"""`make tables` at scale: 10,000 synthetic result records written by the cells' own writer
+(`experiment.job.write_record`), each ok record with a row per prompt (its generated tokens), the AR baseline's
+rows, its expert load and, where a real cell of its kind has them, verify-pass traces; then the whole report
+(every table, the modeled numbers, the figures and the index) built by `python -m ecospec.report` in a fresh
+interpreter, imports included. Nothing is precomputed or indexed in the untimed step: the records are files as
+run.py leaves them. Prints the wall-clock and CPU seconds (the build's, its figure processes included); exits
+non-zero when the CPU time reaches the 10 s goal (wall time depends on the machine's other load).
 
     python benchmarks/report_bench.py [--records 10000] [--keep DIR]
 """
@@ -9,7 +12,6 @@ imports included. Prints the wall-clock and CPU seconds; exits non-zero when the
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import subprocess
 import sys
@@ -17,17 +19,18 @@ import tempfile
 import time
 from pathlib import Path
 
-GOAL_S = 20.0
+GOAL_CPU_S = 10.0
 
 
 def write_records(root: Path, n: int) -> None:
-    """One `<experiment>/<cell>/result.json` per synthetic record, laid out as run.py writes them (indent=1)."""
-    from ecospec.report.synthetic import synthetic_records
+    """One `<experiment>/<cell>/` per synthetic record, written as a cell writes its record."""
+    from ecospec.experiment.job import write_record
+    from ecospec.report.synthetic import iter_records
 
-    for rec in synthetic_records(n, seed=0):
+    for rec in iter_records(n, seed=0, full_rows=True):
         cell = root / rec["experiment"] / rec["cell"]
         cell.mkdir(parents=True, exist_ok=True)
-        (cell / "result.json").write_text(json.dumps(rec, indent=1))
+        write_record(cell, rec)
 
 
 def main() -> int:
@@ -56,14 +59,16 @@ def main() -> int:
             text=True,
         )
         seconds = time.perf_counter() - t0
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # CPU time: what other load on the machine leaves alone
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the build and its figure processes, waited for
         if run.returncode:
             print(run.stdout, run.stderr, sep="\n")
             return run.returncode
         print(run.stdout.strip().splitlines()[-1])
         cpu = usage.ru_utime + usage.ru_stime
-        print(f"make tables on {args.records} records: {seconds:.1f} s wall, {cpu:.1f} s CPU (goal < {GOAL_S:.0f} s)")
-    return 0 if seconds < GOAL_S else 1
+        print(
+            f"make tables on {args.records} records: {cpu:.1f} s CPU (goal < {GOAL_CPU_S:.0f} s), {seconds:.1f} s wall"
+        )
+    return 0 if cpu < GOAL_CPU_S else 1
 
 
 if __name__ == "__main__":

@@ -370,7 +370,7 @@ def test_cell_record_has_the_issue_keys_and_is_lossless(cell):
     cfg, cell_dir = cell()
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
-    on_disk = json.loads((cell_dir / RESULT).read_text())
+    on_disk = read_record(cell_dir / RESULT)
     assert on_disk["cell_id"] == cell_id(cfg) and on_disk["schema"] == 1
     s = on_disk["summary"]
     for key in (
@@ -806,7 +806,7 @@ def test_interleaved_methods_write_their_own_cells_measured_in_one_run(cell, tmp
     alone_root = tmp_path / "alone"
     for name in ("eagle3", "oracle"):
         other, other_dir = cell(f"method={name}", "num_prompts=3")
-        got = json.loads((other_dir / RESULT).read_text())
+        got = read_record(other_dir / RESULT)
         assert got["cell_id"] == cell_id(other) and got["config"]["method"]["name"] == name
         s = got["summary"]
         assert s["intervals"]["run"] == run and s["intervals"]["pairing"] == "paired" and s["matches_ar"] == 1.0

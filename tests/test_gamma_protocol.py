@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from ecospec import conf_dir
 from ecospec.experiment.config import as_dict, cell_name
+from ecospec.experiment.records import read_record
 from ecospec.identity import cell_id
 from ecospec.report.gamma import (
     build_gamma,
@@ -203,7 +204,7 @@ def test_protocol_sweep_skips_missing_benchmarks_once_and_extends_gamma(tmp_path
     assert proc.returncode == 0, log[-3000:]
     assert log.count("aime25: not available on this machine") == 1, log[-3000:]  # said once, for both rounds
     paths = sorted((out / "gamma_protocol").rglob("result.json"))
-    records = [json.loads(p.read_text()) for p in paths]
+    records = [read_record(p) for p in paths]  # whole: a copy written below needs no sidecar
     assert {r["config"]["dataset"]["name"] for r in records} == {"humaneval"}
     assert all(r["status"] == "ok" for r in records)
     first = [r for r in records if r["config"]["gamma"] in (2, 3)]

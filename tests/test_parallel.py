@@ -20,6 +20,7 @@ import ecospec
 from ecospec.experiment.config import ConfigError, validate_parallel
 from ecospec.experiment.job import run_job
 from ecospec.experiment.ranks import _free_port
+from ecospec.experiment.records import read_record
 from ecospec.models.loading import tiny_model
 from ecospec.parallel import plan_problem, plans
 
@@ -190,7 +191,7 @@ def test_run_py_cell_with_two_ranks_equals_the_single_process_cell(tmp_path):
             [sys.executable, "run.py", *common, *extra], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
         )
         assert out.returncode == 0, out.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "default").glob("*/result.json"))]
+    records = [read_record(p) for p in sorted((tmp_path / "default").glob("*/result.json"))]
     by_ranks = {r["env"]["ranks"]: r for r in records}
     assert set(by_ranks) == {1, 2} and all(r["status"] == "ok" for r in records)
     assert by_ranks[2]["config"]["model"]["parallel"] == "tp" and by_ranks[2]["summary"]["matches_ar"] == 1.0

@@ -21,7 +21,7 @@ from ecospec.report.paper_tables import (
     table06_07_batch,
     table11_12_gamma,
 )
-from ecospec.report.records import conf_defaults, load_records, model_costs, parse_record, records_frame
+from ecospec.report.records import conf_defaults, load_records, model_costs, records_frame
 from ecospec.report.synthetic import synthetic_records
 from ecospec.report.tables import SPECS, build_tables
 from ecospec.report.write import Table, display, to_latex, to_markdown, write_table
@@ -257,26 +257,6 @@ def test_latex_booktabs_and_csv_round_trip(frame, defaults, costs, tmp_path):
         assert md.read_text().startswith(f"### {t.label}. ")
         back = pd.read_csv(csv)
         pd.testing.assert_frame_equal(back, t.frame.reset_index(drop=True), check_dtype=False)
-
-
-def test_parse_record_reads_the_expert_load_with_numpy(recs):
-    rec = _record(recs, model="qwen3", method="ecospec")
-    text = json.dumps(rec, indent=1)
-    fast = parse_record(text)
-    assert isinstance(fast["expert_load"], np.ndarray) and fast["expert_load"].shape == (94, 128)
-    assert fast["expert_load"].tolist() == rec["expert_load"]
-    assert "prompts" not in fast  # the report reads no per-prompt rows
-    assert fast == {**{k: v for k, v in rec.items() if k != "prompts"}, "expert_load": fast["expert_load"]}
-    traced = {**{k: v for k, v in rec.items() if k not in ("finished", "wall_s")}, "trace": [{"route": [[1, 2]]}]}
-    traced = parse_record(json.dumps({**traced, "finished": rec["finished"], "wall_s": rec["wall_s"]}, indent=1))
-    assert traced["trace"] == [{"route": [[1, 2]]}] and np.array_equal(traced["expert_load"], fast["expert_load"])
-    compact = parse_record(json.dumps(rec))  # another layout: plain json
-    assert np.array_equal(compact["expert_load"], fast["expert_load"]) and "prompts" not in compact
-    bad_load = text.replace('\n "expert_load": [\n  [\n   ', '\n "expert_load": [\n  [\n   x', 1)
-    bad_rows = text.replace('"tokens": [', '"tokens": [[', 1)  # unbalanced: parsed by json, which fails
-    for bad in (bad_load, bad_rows, text[:-40]):
-        with pytest.raises(ValueError):
-            parse_record(bad)
 
 
 def _write(root, rec, name=None) -> str:

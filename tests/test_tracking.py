@@ -11,6 +11,8 @@ from wandb.proto import wandb_internal_pb2
 
 from ecospec.experiment import tracking
 from ecospec.experiment.heatmap import expert_load_figure
+from ecospec.experiment.job import write_record
+from ecospec.experiment.records import RESULT, read_record, rows_path
 from ecospec.experiment.tracking import log_cell, wandb_mode
 
 WANDB = {"name": "wandb", "project": "ecospec", "entity": None, "mode": None, "dir": None}
@@ -133,8 +135,13 @@ def run_contents(run_dir: str) -> dict:
     return out
 
 
-def test_ok_record_writes_offline_run(no_credentials, tmp_path):
+@pytest.mark.parametrize("stored", [False, True], ids=["in memory", "read back from its sidecar"])
+def test_ok_record_writes_offline_run(no_credentials, tmp_path, stored):
     record = make_record()
+    if stored:  # written by the cells' writer (rows and load in the sidecar), then read back whole
+        write_record(tmp_path / "cell", record)
+        assert rows_path(tmp_path / "cell" / RESULT).exists()
+        record = read_record(tmp_path / "cell" / RESULT)
     run_dir = log_cell(record, WANDB, tmp_path / "cell")
     assert run_dir is not None
     run_dir = Path(run_dir)

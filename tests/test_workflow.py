@@ -21,6 +21,7 @@ from ecospec.cache import cache_root
 from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids, is_heldout, select_split
 from ecospec.experiment.config import ConfigError, job_name, validate, validate_job
+from ecospec.experiment.records import read_record
 from ecospec.predictor.traces import load_traces, route_batch
 from ecospec.store import predictor_root, stored_predictor, traces_dir
 
@@ -60,7 +61,7 @@ def _run(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
 
 
 def _records(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(root.rglob("result.json"))]
+    return [read_record(p) for p in sorted(root.rglob("result.json"))]  # rows merged from the sidecar
 
 
 def _multi_turn_dataset() -> str:

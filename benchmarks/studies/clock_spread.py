@@ -32,6 +32,7 @@ from provenance import run_commit  # noqa: E402
 
 from ecospec.analysis.bootstrap import speedup  # noqa: E402
 from ecospec.experiment.intervals import speedup_units  # noqa: E402
+from ecospec.experiment.records import RESULT, load_record  # noqa: E402
 from ecospec.tiny.release import processor  # noqa: E402
 
 CLOCKS = ("wall", "thread_cpu")
@@ -95,8 +96,8 @@ def run_cell(a, out_dir: Path, n: int) -> dict:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"the cell failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    (path,) = (out_dir / f"clock_spread_{n}").rglob("result.json")
-    return json.loads(path.read_text())
+    (path,) = (out_dir / f"clock_spread_{n}").rglob(RESULT)
+    return load_record(path)  # with its per-prompt rows, from the record's sidecar
 
 
 def speedups(record: dict) -> dict[str, float]:

@@ -35,8 +35,10 @@ the tiny preset (source random), the build budget's recipe (source tiny) or ``Au
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -71,13 +73,20 @@ def expert_bytes(params: float, storage: str, block: int | None = None) -> float
 
 
 def load_model_config(name: str) -> dict:
-    """`conf/model/<name>.yaml` as a plain dict (no Hydra)."""
-    from omegaconf import OmegaConf
-
+    """`conf/model/<name>.yaml` as a plain dict (no Hydra): a fresh copy each call, parsed once per file version
+    (a report reads each model's several times)."""
     path = conf_dir() / "model" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise FileNotFoundError(f"no model config {path}; have: {', '.join(have) or 'none'}")
+    stat = path.stat()
+    return copy.deepcopy(_parsed_config(str(path), stat.st_mtime_ns, stat.st_size))
+
+
+@cache
+def _parsed_config(path: str, mtime_ns: int, size: int) -> dict:
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 

@@ -16,7 +16,17 @@ import torch
 from ecospec.experiment.components import pick_device, tiny_weights
 from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
-from ecospec.experiment.records import FAILED, RESULT, SCHEMA, environment, is_done, now, read_record, write_json_atomic
+from ecospec.experiment.records import (
+    FAILED,
+    RESULT,
+    SCHEMA,
+    environment,
+    is_done,
+    now,
+    read_record,
+    rows_path,
+    write_record_file,
+)
 from ecospec.identity import (
     WEIGHTS_KINDS,
     aside_name,
@@ -104,15 +114,16 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
 
 
 def write_record(job_dir: Path, record: dict) -> Path:
-    """result.json, unless this is a failure and an ok record is already there (then failed.json)."""
+    """result.json and its sidecar (`records.write_record_file`), unless this is a failure and an ok record is
+    already there (then failed.json)."""
     path = job_dir / RESULT
     if path.exists():
-        old = read_record(path)
+        old = read_record(path, parts=False)
         if old is None:  # unreadable: keep it for inspection rather than overwrite it
             path.rename(path.with_name(f"{RESULT}.corrupt-{int(time.time())}"))
         elif record["status"] != "ok" and old["status"] == "ok":
             path = job_dir / FAILED
-    write_json_atomic(path, record)
+    write_record_file(path, record)
     if record["status"] == "ok":
         (job_dir / FAILED).unlink(missing_ok=True)
     return path
@@ -173,6 +184,8 @@ def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> 
     if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
+    if rec is None:  # its sidecar is unreadable (warned): the job runs again
+        return None
     if record_stands(rec, weights):
         return rec
     _set_aside(job_dir, rec, weights)
@@ -199,12 +212,13 @@ def record_head(d: dict) -> dict:
 
 
 def finish_record(job_dir: Path, d: dict, record: dict) -> None:
-    """Write the record (`write_record`) and, for a cell with a logger, its W&B run."""
-    write_record(job_dir, record)
+    """Write the record (`write_record`) and, for a cell with a logger, its W&B run: the record as written, read
+    back whole (sidecar merged), so that W&B mirrors the files."""
+    path = write_record(job_dir, record)
     if job_kind(d) == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
-        log_cell(record, d["logger"], job_dir)
+        log_cell(read_record(path) or record, d["logger"], job_dir)
 
 
 def _weights(d: dict) -> dict | None:
@@ -222,6 +236,8 @@ def _set_aside(job_dir: Path, old: dict, weights: dict) -> None:
     """A kept record that no longer stands (`identity.record_stands`) is renamed (`identity.aside_name`), never
     overwritten, and the cell runs again."""
     aside = job_dir / aside_name(old)
+    if rows_path(job_dir / RESULT).exists():  # its sidecar first: the record links to it by name
+        rows_path(job_dir / RESULT).rename(rows_path(aside))
     (job_dir / RESULT).rename(aside)
     was = weights_tag((old.get("env") or {}).get("tiny") or {})
     print(

@@ -1,19 +1,29 @@
 """Result records (docs/design.md "Result records"): one `result.json` per cell, written atomically; per-prompt
-progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell continues where it stopped."""
+progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell continues where it stopped.
+
+A record's bulky parts (`ROW_KEYS`: per-prompt rows, expert loads, traces) live in a sidecar beside it,
+`result.rows.jsonl`, so that a reader of the summary never reads them: its first line names the record it belongs
+to and the parts it holds, then one line per part, `{"<key>":<value>}`, in `ROW_KEYS` order (the parts the report
+reads come first). `result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
+written before the sidecar, with every part inside `result.json`, read the same."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import secrets
 import socket
 import subprocess
 import warnings
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ecospec.atomic import write_json
+import numpy as np
+
+from ecospec.atomic import write_file, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +32,9 @@ SCHEMA = 1
 RESULT = "result.json"
 FAILED = "failed.json"  # a failure beside an existing ok record, which is never overwritten
 PROGRESS = "progress.jsonl"
+ROWS_SUFFIX = ".rows.jsonl"  # the sidecar of <name>.json is <name>.rows.jsonl
+# the parts a record keeps in its sidecar, in file order: what the report reads first, the per-prompt rows after
+ROW_KEYS = ("expert_load", "trace", "routes", "prompts", "ar_prompts", "batches")
 
 
 def now() -> str:
@@ -34,17 +47,113 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     write_json(path, obj, indent=1)
 
 
-def read_record(path: Path) -> dict | None:
-    """A record, or None with a warning naming the file when it is missing fields or not valid JSON."""
+def rows_path(path: str | Path) -> Path:
+    """The sidecar of the record file `path`: result.json -> result.rows.jsonl."""
+    return Path(_rows_file(str(path)))
+
+
+def _rows_file(path: str) -> str:
+    return os.path.splitext(path)[0] + ROWS_SUFFIX  # strings: a report reads thousands (pathlib is slower)
+
+
+def write_record_file(path: Path, record: dict) -> None:
+    """`record` as `path` plus its sidecar (`ROW_KEYS`), each atomically: the sidecar first, so that a record file
+    never links to a sidecar that is not there yet; a record without such parts removes a stale sidecar."""
+    path = Path(path)
+    record = {k: v for k, v in record.items() if k != "rows"}  # a link read raw from another file never carries over
+    parts = [k for k in ROW_KEYS if k in record]
+    if not parts:
+        write_json_atomic(path, record)
+        rows_path(path).unlink(missing_ok=True)
+        return
+    link = {"id": secrets.token_hex(8), "keys": parts}  # the sidecar is found by name (`rows_path`)
+
+    def write(f) -> None:
+        f.write(json.dumps({"record": link["id"], "keys": parts}) + "\n")
+        for k in parts:
+            f.write(f'{{"{k}":')
+            json.dump(record[k], f, separators=(",", ":"))
+            f.write("}\n")
+
+    write_file(rows_path(path), write, text=True)
+    write_json_atomic(path, {**{k: v for k, v in record.items() if k not in parts}, "rows": link})
+
+
+def _int_matrix(text: bytes) -> np.ndarray | None:
+    """`[[int, ...], ...]` as a 2-D int64 array by numpy's text parser (several times faster than `json` for an
+    expert load); ValueError if it is anything else."""
+    if text == b"[]":
+        return None
+    if not text.startswith(b"[[") or not text.endswith(b"]]"):
+        raise ValueError("expert_load is not a list of lists")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # numpy warns (not raises) on trailing garbage
+        flat = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",")
+    rows, width = text.count(b"[") - 1, text.count(b",", 0, text.find(b"]")) + 1
+    if flat.size != rows * width:
+        raise ValueError("expert_load is not a [MoE layers][N] matrix")
+    return flat.reshape(rows, width)
+
+
+def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) -> dict:
+    """The `wanted` parts of a record's sidecar; ValueError naming the sidecar when it is missing, belongs to
+    another record or is cut short or corrupt. Reading stops after the last wanted part."""
+    side = _rows_file(path)
+    wanted = [k for k in link["keys"] if k in wanted]
+    out = {}
     try:
-        rec = json.loads(Path(path).read_text())
+        with open(side, "rb") as f:
+            if json.loads(f.readline()) != {"record": link["id"], "keys": link["keys"]}:
+                raise ValueError(f"it belongs to another record than {os.path.basename(path)}")
+            while wanted:
+                line = f.readline()
+                key = line[2 : line.find(b'"', 2)].decode()
+                if key not in link["keys"] or not line.startswith(b'{"%s":' % key.encode()) or line[-2:] != b"}\n":
+                    raise ValueError("a line is not one of its parts (cut short?)")
+                if key in wanted:
+                    text = line[len(key) + 4 : -2]
+                    out[key] = _int_matrix(text) if arrays and key == "expert_load" else json.loads(text)
+                    wanted.remove(key)
     except (OSError, ValueError) as e:
-        warnings.warn(f"skipping unreadable result file {path}: {e}", stacklevel=2)
-        return None
+        raise ValueError(f"corrupt or missing record sidecar {side}: {e}") from None
+    return out
+
+
+def load_record(path: Path, parts: bool | Collection[str] = True, arrays: bool = False) -> dict:
+    """The record in `path` as one dict, its sidecar merged back: with every part (`parts=True`), none (False: the
+    summary, config, env and status) or the named ones (the others left out, in either format); `arrays`: the
+    expert load as an int64 array (None when empty). ValueError naming the file when it is unreadable or not a
+    schema record, or naming its sidecar when that is missing, another record's, cut short or corrupt."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            rec = json.loads(f.read())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"unreadable result file {path}: {e}") from None
     if not isinstance(rec, dict) or rec.get("schema") != SCHEMA or "status" not in rec:
-        warnings.warn(f"skipping result file {path}: not an ecospec schema-{SCHEMA} record", stacklevel=2)
-        return None
+        raise ValueError(f"result file {path}: not an ecospec schema-{SCHEMA} record")
+    wanted = ROW_KEYS if parts is True else () if parts is False else tuple(parts)
+    link = rec.pop("rows", None)
+    for k in ROW_KEYS:  # a record from before the sidecar: the parts inside
+        if k not in wanted:
+            rec.pop(k, None)
+    if isinstance(link, dict) and wanted:
+        rec.update(_read_parts(path, link, wanted, arrays))
+    elif arrays and isinstance(rec.get("expert_load"), list):
+        try:
+            rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64) if rec["expert_load"] else None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"result file {path}: expert_load is not a [MoE layers][N] matrix ({e})") from None
     return rec
+
+
+def read_record(path: Path, parts: bool | Collection[str] = True) -> dict | None:
+    """`load_record`, or None with a warning naming the file (the record or its sidecar) when it cannot be read."""
+    try:
+        return load_record(path, parts)
+    except ValueError as e:
+        warnings.warn(f"skipping {e}", stacklevel=2)
+        return None
 
 
 def is_done(cell_dir: Path, cid: str) -> bool:
@@ -52,7 +161,7 @@ def is_done(cell_dir: Path, cid: str) -> bool:
     path = Path(cell_dir) / RESULT
     if not path.exists():
         return False
-    rec = read_record(path)
+    rec = read_record(path, parts=False)
     return bool(rec) and rec["status"] == "ok" and rec.get("cell_id") == cid
 
 

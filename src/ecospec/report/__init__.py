@@ -87,8 +87,8 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     recs = load_records(sources, since)
     # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
     hf = recs.frame[(recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager")]
+    costs = model_costs(recs.model_configs, recs.storages)  # first: the figures processes inherit what it loaded
     figures_job = _start_figures(hf, out / FIGURES)
-    costs = model_costs(recs.model_configs, recs.storages)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)

@@ -19,7 +19,7 @@ from ecospec.analysis.cost import load_model_config, model_cost, modeled_step
 from ecospec.experiment.records import RESULT
 from ecospec.report.compare import change, ratio_interval
 from ecospec.report.frame import prepare
-from ecospec.report.records import find_files, parse_record, records_frame
+from ecospec.report.records import find_files, read_one, records_frame
 from ecospec.report.roofline import row_parts
 from ecospec.report.write import Table, to_markdown, write_table
 
@@ -63,14 +63,14 @@ def group(cell_dir: Path) -> list[tuple[dict, Path]]:
     """The demo cell's record, then the newest ok record of each method decoded beside it (their `interleaved.in`
     names the cell), each with its path."""
     main_path = Path(cell_dir) / RESULT
-    main = parse_record(main_path.read_text())
+    main = read_one(main_path)
     listed = (main.get("interleaved") or {}).get("methods") or []
     found: dict[str, tuple[dict, Path]] = {}
     for path in find_files([main_path.parent.parent]):
         if path == main_path:
             continue
         try:
-            rec = parse_record(path.read_text())
+            rec = read_one(path)
         except (OSError, ValueError) as e:
             warnings.warn(f"skipping unreadable result file {path}: {e}", stacklevel=2)
             continue

@@ -1,5 +1,6 @@
 """Result records -> one pandas DataFrame, a row per readable `result.json` (failed cells included, with NaN
-metrics, so the index can count them). A corrupt or partial file is skipped with a warning naming it.
+metrics, so the index can count them), read by `experiment.records.load_record` with only the sidecar parts the
+report uses (`READ_PARTS`). A corrupt or partial file (or sidecar) is skipped with a warning naming it.
 
 Columns (the tables and figures read only these): experiment, cell, cell_id, path, status, finished (UTC
 datetime), the cell's axes (model, method, dataset, temperature, top_p, gamma, depth, topk, batch_size,
@@ -20,7 +21,6 @@ record's committed sequences with vLLM's own routing, `vllm_backend.routes`, or 
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Iterable
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ecospec.experiment.records import RESULT, SCHEMA
+from ecospec.experiment.records import RESULT, SCHEMA, load_record
 
 AXES = (
     "temperature",
@@ -117,10 +117,6 @@ COLUMNS = (
     "routes",
     "profile",
 )
-# top-level keys of a record as `experiment.records.write_json_atomic` writes it (indent=1: deeper lines start with
-# more spaces, and JSON strings hold no raw newline, so these match nowhere else)
-_PROMPTS_KEY = '\n "prompts": '
-_LOAD_KEY = '\n "expert_load": '
 
 
 @dataclass
@@ -131,71 +127,6 @@ class Records:
     skipped: list[str] = field(default_factory=list)  # unreadable or partial files (warned)
     model_configs: dict[str, dict] = field(default_factory=dict)  # model -> its newest ok record's config.model
     storages: dict[str, dict] = field(default_factory=dict)  # model -> env.storage of its newest ok HF record
-
-
-def _load_array(text: str, shape: tuple[int, int] | None) -> np.ndarray | None:
-    """`[[int, ...], ...]` as a 2-D int64 array via numpy's text parser, of `shape` when the summary gives it;
-    ValueError if it is anything else."""
-    if text == "[]":
-        return None
-    rows = shape[0] if shape else text.count("[") - 1
-    if not text.startswith("[") or not text.endswith("]") or rows < 1:
-        raise ValueError("expert_load is not a list of lists")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)  # numpy warns (not raises) on trailing garbage
-        flat = np.fromstring(text.replace("[", " ").replace("]", " "), dtype=np.int64, sep=",")
-    if flat.size != (shape[0] * shape[1] if shape else flat.size) or flat.size % rows:
-        raise ValueError("expert_load has another shape than [MoE layers][N]")
-    return flat.reshape(rows, -1)
-
-
-def _list_end(text: str, begin: int) -> int:
-    """End of the top-level list value starting at `begin`: just past its closing bracket, the first "]" at one
-    space of indent (inner lists close deeper). Single-character `find` is a memchr, much faster than a pattern."""
-    if text.startswith("[]", begin):
-        return begin + 2
-    i = begin
-    while (i := text.find("]", i + 1)) >= 0:
-        if text[i - 2 : i] == "\n ":
-            return i + 1
-    return -1
-
-
-def _balanced(text: str) -> bool:
-    return text.count("[") == text.count("]") and text.count("{") == text.count("}")
-
-
-def parse_record(text: str) -> dict:
-    """A record's JSON without its per-prompt rows (the report does not read them). On the layout run.py writes
-    (indent=1) the rows are cut out unparsed when their brackets balance, and the expert load (most of the
-    bytes) is cut out and read by numpy, several times faster than `json` for an integer matrix; everything else
-    is parsed by `json`, so a file cut short anywhere fails. Any other layout, or any doubt: `json.loads`."""
-    load_at = text.find(_LOAD_KEY)
-    end = _list_end(text, load_at + len(_LOAD_KEY)) if load_at >= 0 else -1
-    if end >= 0:
-        rows_at = text.find(_PROMPTS_KEY, 0, load_at)  # the rows come just before the load
-        if rows_at >= 0 and _balanced(text[rows_at:load_at]):
-            head = text[: rows_at + len(_PROMPTS_KEY)] + "null,"
-        else:
-            head = text[:load_at]
-        begin = load_at + len(_LOAD_KEY)
-        try:
-            rec = json.loads(head + _LOAD_KEY + "null" + text[end:])
-            s = rec.get("summary") if isinstance(rec, dict) else None
-            shape = (s.get("num_moe_layers"), s.get("num_experts")) if isinstance(s, dict) else None
-            load = _load_array(text[begin:end], shape if shape and all(isinstance(x, int) for x in shape) else None)
-        except ValueError:
-            pass
-        else:
-            rec.pop("prompts", None)
-            rec["expert_load"] = load
-            return rec
-    rec = json.loads(text)
-    if isinstance(rec, dict):
-        rec.pop("prompts", None)
-        if rec.get("expert_load"):
-            rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64)
-    return rec
 
 
 def _problem(rec) -> str | None:
@@ -210,7 +141,7 @@ def _problem(rec) -> str | None:
     return None
 
 
-def _row(rec: dict, path: Path) -> dict:
+def _row(rec: dict, path: str | Path) -> dict:
     cfg = rec["config"]
     model, method = cfg["model"], cfg["method"]
     drafter = method.get("drafter")
@@ -324,7 +255,7 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
                 warnings.warn(f"skipping result file {path}: {problem}", stacklevel=2)
             skipped.append(str(path))
             continue
-        row = _row(rec, Path(path))
+        row = _row(rec, path)
         rows.append(row)
         if row["status"] == "ok" and (row["finished"] or "") >= newest.get(row["model"], ("",))[0]:
             newest[row["model"]] = (row["finished"], rec["config"]["model"])
@@ -336,12 +267,21 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
     return Records(frame_of(rows), skipped, configs, {name: st for name, (_, st) in stored.items()})
 
 
+READ_PARTS = ("expert_load", "trace", "routes")  # of a record's sidecar parts, the ones the report reads
+
+
+def read_one(path: str | Path) -> dict:
+    """One record as the report reads it (the parts it uses, the expert load as an array); ValueError naming the
+    file, or its sidecar, when it cannot be read."""
+    return load_record(path, READ_PARTS, arrays=True)
+
+
 def _read(paths: list[Path]):
     for path in paths:
         try:
-            yield parse_record(path.read_text()), path
-        except (OSError, ValueError) as e:
-            warnings.warn(f"skipping unreadable result file {path}: {e}", stacklevel=2)
+            yield read_one(path), path
+        except ValueError as e:  # names the file: the record, or its sidecar
+            warnings.warn(f"skipping {e}", stacklevel=2)
             yield None, path
 
 

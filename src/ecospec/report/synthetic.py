@@ -12,6 +12,7 @@ SD cells of the first Table 1 round carry small verify-pass traces (`record["tra
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
@@ -242,6 +243,61 @@ def _prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:
     return rows
 
 
+def _full_prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:
+    """One row per prompt as `experiment.metrics.public_row` stores it: its generated token ids (eos-truncated at
+    a random length, at most max_new_tokens), step counts, phase seconds and per-layer experts."""
+    dataset, gamma, top = cfg["dataset"]["name"], cfg["gamma"], cfg["max_new_tokens"]
+    spread = 0.0 if cfg["method"]["name"] == "ar" else 0.1 * summary["experts_per_layer"]
+    rows = []
+    for i in range(cfg["num_prompts"]):
+        n = int(rng.integers(max(1, top // 4), top + 1))
+        steps = max(1, round(n / summary["alpha"]))
+        phases = {f"{p}_s": steps * summary[f"{p}_s"] * float(rng.normal(1.0, 0.05)) for p in ("t_pred", "t_draft")}
+        phases |= {f"{p}_s": steps * summary[f"{p}_s"] * float(rng.normal(1.0, 0.05)) for p in ("t_select", "t_verify")}
+        seconds = sum(phases.values())
+        by_layer = rng.normal(summary["experts_per_layer"], spread, summary["num_moe_layers"]).clip(summary["top_k"])
+        rows.append(
+            {
+                "id": f"{dataset}/{i}",
+                "turn": 0,
+                "prompt_tokens": int(rng.integers(50, 400)),
+                "tokens": rng.integers(3, 150_000, n).tolist(),
+                "n_tokens": n,
+                "steps": steps,
+                "accepted": n,
+                "verified": steps * gamma,
+                "seconds": seconds,
+                "t_prefill_s": summary["t_prefill_s"] * float(rng.normal(1.0, 0.05)),
+                **phases,
+                "t_total_s": seconds,
+                "alpha": n / steps,
+                "experts_per_layer": float(by_layer.mean()),
+                **({"matches_ar": True} if cfg["temperature"] == 0 else {}),
+                "experts_by_layer": by_layer.tolist(),
+            }
+        )
+    return rows
+
+
+def _ar_rows(summary: dict, cfg: dict, rng: np.random.Generator) -> list[dict]:
+    """The AR baseline's timing rows, one per prompt (`experiment.cell.TIMING`), as a cell's `ar_prompts`."""
+    rows = []
+    for i in range(cfg["num_prompts"]):
+        n = int(rng.integers(max(1, cfg["max_new_tokens"] // 4), cfg["max_new_tokens"] + 1))
+        seconds = n * summary["ar_t_step_s"] * float(rng.normal(1.0, 0.03))
+        rows.append(
+            {
+                "id": f"{cfg['dataset']['name']}/{i}",
+                "turn": 0,
+                "n_tokens": n,
+                "seconds": seconds,
+                "hf_tokens": n,
+                "hf_seconds": seconds * float(rng.normal(1.05, 0.03)),
+            }
+        )
+    return rows
+
+
 def _load(summary: dict, rng: np.random.Generator) -> list[list[int]]:
     """[MoE layers][N] routed-token counts with a few hot experts per layer."""
     layers, n = summary["num_moe_layers"], summary["num_experts"]
@@ -307,10 +363,16 @@ def _trace(cfg: dict, cost, rng: np.random.Generator) -> list[dict]:
 def synthetic_records(n: int, seed: int = 0) -> list[dict]:
     """`n` records: the grid's cells in order, then reruns of them (seed r, sweep `<name>_rerun<r>`), each
     finished a minute after the previous one; every 50th record is a failed cell."""
+    return list(iter_records(n, seed))
+
+
+def iter_records(n: int, seed: int = 0, full_rows: bool = False) -> Iterator[dict]:
+    """`synthetic_records` one at a time. `full_rows`: each ok record carries a row per prompt (`num_prompts`)
+    with its generated tokens, and the AR baseline's per-prompt timing rows (`ar_prompts`), as a real cell writes
+    them, drawn from a stream of their own (every other field is the same)."""
     rng = np.random.default_rng(seed)
     grid = _grid()
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    out = []
     for i in range(n):
         r, c = divmod(i, len(grid))
         c = grid[c]
@@ -338,11 +400,14 @@ def synthetic_records(n: int, seed: int = 0) -> list[dict]:
             summary = _summary(c, cfg, rng, _model(c["model"])[1])
             rec["summary"] = summary
             rec["prompts"] = _prompts(summary, cfg, rng)
+            if full_rows:
+                rows_rng = np.random.default_rng([seed, i, 1])
+                rec["ar_prompts"] = _ar_rows(summary, cfg, rows_rng)
+                rec["prompts"] = _full_prompts(summary, cfg, rows_rng)
             rec["expert_load"] = _load(summary, rng)
             if r == 0 and c["experiment"] == "table1" and c["model"] == "tiny" and c["method"] != "ar":
                 rec["trace"] = _trace(cfg, _model(c["model"])[1], np.random.default_rng([seed, i]))  # own stream
             rec["status"] = "ok"  # keeps its place after `experiment`, as in run_cell
         rec["finished"] = finished.isoformat(timespec="seconds")
         rec["wall_s"] = wall
-        out.append(rec)
-    return out
+        yield rec
