@@ -19,6 +19,7 @@ from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import ConfigError, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
 from ecospec.identity import CELL_KEYS, cell_id
+from ecospec.report import build as report_build
 from ecospec.report.demo import build
 from ecospec.tiny.build import get_budget
 from ecospec.tiny.release import identity as release_identity
@@ -789,6 +790,11 @@ def test_demo_is_a_cell_with_its_baseline_interleaved_and_prints_its_table(tmp_p
     assert " % [" in first.stdout and "against it on this CPU (CPU time, 95 % interval)" in first.stdout
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "(existing record)" in second.stdout and "| EcoSpec " in second.stdout
+    # make tables: the demo's page and figure, indexed; its cells in no paper table (they are not the paper's grid)
+    written = {p.name for p in report_build([tmp_path], tmp_path / "reports")}
+    assert {"demo.md", "demo.tex", "demo.csv", "demo.png"} <= written and "table08_rho.md" not in written
+    assert pd.read_csv(tmp_path / "reports" / "demo.csv").equals(pd.read_csv(cell_dir / "demo.csv"))
+    assert "[md](demo.md)" in (tmp_path / "reports" / "README.md").read_text()
 
 
 # ------------------------------------------------------------------------------------- interleaved methods

@@ -53,6 +53,7 @@ RUN_KEYS = (
     "clock",
     "interleave",
     "memory_check",
+    "demo",  # make demo's page settings: a demo cell's record says it is one (the report keeps it out of the tables)
 )
 
 # body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ecospec.report import engines_page, moe_methods_page
+from ecospec.report import demo, engines_page, moe_methods_page
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
 from ecospec.report.figures import remove_stale, write_figures
 from ecospec.report.frame import sweeps
@@ -86,7 +86,10 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     out.mkdir(parents=True, exist_ok=True)
     recs = load_records(sources, since)
     # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
-    hf = recs.frame[(recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager")]
+    # (make demo's cells have a page of their own: in no paper table)
+    hf = recs.frame[
+        (recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager") & recs.frame["demo_gpu"].isna()
+    ]
     costs = model_costs(recs.model_configs, recs.storages)  # first: the figures processes inherit what it loaded
     figures_job = _start_figures(hf, out / FIGURES)
     defaults = conf_defaults(recs.model_configs)
@@ -98,7 +101,8 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     )
     vllm_tables, vllm_missing, vllm_figures = build_vllm(recs.frame, costs, out / FIGURES)
     gamma_tables, gamma_missing = build_gamma(hf, defaults)
-    tables += gamma_tables + routing_tables + vllm_tables
+    demo_tables, demo_figures = demo.for_report(recs.frame, out / FIGURES)
+    tables += gamma_tables + routing_tables + vllm_tables + demo_tables
     missing += gamma_missing + routing_missing + vllm_missing
     written = [p for t in tables for p in write_table(t, out)]
     modeled_table = next((t for t in tables if t.name == MODELED), None)
@@ -107,7 +111,14 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
         written.append(write_summary(modeled_cells(hf, costs, defaults), gammas_of(used), len(used), sweeps(used), out))
     moespec = next((t for t in tables if t.name == MOESPEC), None)
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / FIGURES)
-    figures = figures_job() + routing_figures + pareto + vllm_figures + write_bench_figure(bench, out / FIGURES)
+    figures = (
+        figures_job()
+        + routing_figures
+        + demo_figures
+        + pareto
+        + vllm_figures
+        + write_bench_figure(bench, out / FIGURES)
+    )
     written += [Path(p) for f in figures for p in f.files]
     ok = recs.frame["status"] == "ok"
     pages = []

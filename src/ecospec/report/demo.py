@@ -7,6 +7,7 @@ they went, after the cell or at once when its records are kept."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from ecospec.analysis.bootstrap import bootstrap, speedup
 from ecospec.analysis.cost import load_model_config, model_cost, modeled_step
 from ecospec.experiment.records import RESULT
 from ecospec.report.compare import change, ratio_interval
+from ecospec.report.figures import FigureInfo
 from ecospec.report.frame import prepare
 from ecospec.report.records import find_files, read_one, records_frame
 from ecospec.report.roofline import row_parts
@@ -25,6 +27,7 @@ from ecospec.report.write import Table, to_markdown, write_table
 
 NAME = "demo"
 FIGURE = "demo.png"
+FILE_NAME = re.compile(r"demo\.png")  # its figure in a report's figures folder (report.outputs)
 AR_UNITS = [2, 3, 2, 3, 4, 5]  # AR against the faster AR: a unit's speedup columns with AR's in the method's place
 
 
@@ -267,3 +270,17 @@ def write_demo(cell_dir: str | Path, gpu: str) -> str:
     paths = write_table(t, cell_dir)
     figure = write_figure(demo, cell_dir / FIGURE)
     return f"{to_markdown(t)}\n{reading(demo)}\ntable: {paths[0]} (.tex, .csv beside it)\nfigure: {figure}"
+
+
+def for_report(frame: pd.DataFrame, out_dir: Path) -> tuple[list[Table], list[FigureInfo]]:
+    """`make tables`' demo page: the table of the newest demo cell among the records (the cell itself, not a method
+    decoded beside it), and its figure under `out_dir`; nothing without one."""
+    mains = frame[(frame["status"] == "ok") & frame["demo_gpu"].notna() & frame["interleaved_in"].isna()]
+    if mains.empty:
+        return [], []
+    cell = mains.sort_values("finished", kind="stable").iloc[-1]
+    demo = build(Path(cell.path).parent, cell.demo_gpu)
+    figure = write_figure(demo, Path(out_dir) / FIGURE)
+    used = demo.used
+    caption = "The demo: EcoSpec, its baseline and AR side by side (make demo)."
+    return [table(demo)], [FigureInfo(NAME, [figure], caption, sorted(set(used["experiment"])), len(used))]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ecospec.report.demo import FILE_NAME as DEMO_FIGURE
+from ecospec.report.demo import NAME as DEMO
 from ecospec.report.engines_page import NAME as ENGINES
 from ecospec.report.fig1a import FILE_NAME as FIG1A_BENCH
 from ecospec.report.figures import FILE_NAME as PAPER_FIGURES
@@ -23,12 +25,12 @@ from ecospec.report.vllm import FILE_NAME as VLLM_FIGURES
 from ecospec.report.vllm import TABLE_NAMES as VLLM_TABLES
 from ecospec.report.write import INDEX
 
-TABLES = (*PAPER_TABLES, GAMMA_TABLE, *ROUTING_TABLES, *VLLM_TABLES)  # each as .md, .tex and .csv
+TABLES = (*PAPER_TABLES, GAMMA_TABLE, *ROUTING_TABLES, *VLLM_TABLES, DEMO)  # each as .md, .tex and .csv
 TABLE_FORMATS = ("md", "tex", "csv")
 PAGES = (ENGINES, MOE_METHODS)  # pages of prose around tables, .md
 DATA = (SUMMARY,)  # the modeled table's inputs
 FIGURES = "figures"  # the folder the figures go to, each as .png and .pdf
-FIGURE_NAMES = (PAPER_FIGURES, FIG1A_BENCH, ROUTING_FIGURES, PARETO, VLLM_FIGURES)
+FIGURE_NAMES = (PAPER_FIGURES, FIG1A_BENCH, ROUTING_FIGURES, PARETO, VLLM_FIGURES, DEMO_FIGURE)
 FILES = frozenset([f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS] + [f"{p}.md" for p in PAGES] + [*DATA, INDEX])
 
 

@@ -116,6 +116,8 @@ COLUMNS = (
     "trace",
     "routes",
     "profile",
+    "demo_gpu",
+    "interleaved_in",
 )
 
 
@@ -188,6 +190,8 @@ def _row(rec: dict, path: str | Path) -> dict:
         "trace": (rec.get("trace") or None) if ok else None,
         "routes": (rec.get("routes") or None) if ok else None,
         "profile": rec.get("profile"),  # the verify-cost profile a cost-model method priced with ({key, hash})
+        "demo_gpu": (cfg.get("demo") or {}).get("gpu"),  # make demo's cells (their own page, in no paper table)
+        "interleaved_in": (rec.get("interleaved") or {}).get("in"),  # the cell a companion was decoded beside
     }
     if isinstance(row["expert_load"], list):  # a record given as a dict rather than read from a file
         row["expert_load"] = np.asarray(row["expert_load"], dtype=np.int64) if row["expert_load"] else None
