@@ -20,8 +20,7 @@ from ecospec.experiment.config import ConfigError, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
 from ecospec.identity import CELL_KEYS, cell_id
 from ecospec.report.demo import build
-from ecospec.tiny.build import get_budget
-from ecospec.tiny.release import identity as release_identity
+from ecospec.tiny.build import recipe_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = conf_dir()
@@ -455,7 +454,7 @@ def test_a_kept_tiny_record_from_other_weights_is_set_aside_and_run_again(cell, 
     cfg, cell_dir = cell("model=tiny", "method=ar", "num_prompts=1", "max_new_tokens=4")
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
-    assert rec["env"]["tiny"] == {"source": "release", "identity": release_identity(get_budget("full"))}
+    assert rec["env"]["tiny"] == {"source": "release", "identity": recipe_identity("full")}
     old = json.loads((cell_dir / RESULT).read_text())
     old["env"]["tiny"]["identity"] = "0123456789abcdef"
     (cell_dir / RESULT).write_text(json.dumps(old))

@@ -31,7 +31,8 @@ def _value(field_type: str, text: str):
 
 
 def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
-    from ecospec.tiny.build import Context, build, get_budget, paths
+    from ecospec.tiny.budgets import get_budget
+    from ecospec.tiny.build import Context, build, paths
     from ecospec.tiny.gto import GtoRecipe, gto_stage
 
     build("full", until="predictor")

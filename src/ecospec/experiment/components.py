@@ -87,9 +87,7 @@ def tiny_weights(model: dict) -> dict:
     tiny = importlib.import_module("ecospec.tiny.build")
     budget = model.get("budget", "full")
     if tiny.source(budget) == "release":
-        from ecospec.tiny.release import identity
-
-        return {"source": "release", "identity": identity(tiny.get_budget(budget))}
+        return {"source": "release", "identity": tiny.recipe_identity(budget)}
     return {"source": "cache", "version": tiny.version(budget), "root": str(tiny.root_dir(budget))}
 
 

@@ -384,7 +384,7 @@ def _validate_budget(d: Mapping) -> None:
 def _family_top_k(model: Mapping) -> int | None:
     """The target's top-k from its config alone (tiny recipe, random preset or facts.hf_config)."""
     if model.get("source") == "tiny":
-        from ecospec.tiny.build import get_budget
+        from ecospec.tiny.budgets import get_budget
 
         return get_budget(model.get("budget", "full")).target.top_k
     if model.get("source") == "random":
