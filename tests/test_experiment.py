@@ -623,7 +623,8 @@ def test_multirun_isolates_failures_and_prints_the_table(tmp_path):
 
 
 def test_loop_share_counts_outputs_ending_in_a_period_one_or_two_loop():
-    from ecospec.experiment.metrics import in_loop, summarize
+    from ecospec.analysis.loops import in_loop
+    from ecospec.experiment.metrics import summarize
 
     assert in_loop([9] * 20) and in_loop([3, 4] * 10) and in_loop(list(range(4)) + [7, 8] * 8)
     assert not in_loop([1, 2, 3] * 7) and not in_loop([5] * 15 + [6]) and in_loop([1] * 15) is None

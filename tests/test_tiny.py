@@ -362,7 +362,7 @@ def test_build_small_end_to_end(tmp_path, monkeypatch):
     assert all(x["matches_ar"] == 1.0 for x in ev.values())
     pm = summary["stages"]["predictor"]["metrics"]
     assert pm["accuracy"] > 2 * pm["chance"]
-    from ecospec.experiment.components import load_build
+    from ecospec.components import load_build
     from ecospec.tiny.evaluate import humaneval_ids
 
     target, tokenizer, drafter, predictor = load_build(tiny_build.paths("small"))

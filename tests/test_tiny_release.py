@@ -112,10 +112,10 @@ def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
         m["figures"]["heldout_loss"]
         == json.loads((micro_build / "target/done.json").read_text())["metrics"]["heldout_loss"]
     )
-    from ecospec.tiny.evaluate import load_components
+    from ecospec.components import load_build
 
     dirs = {name: dest / name for name in release.KEEP}
-    target, tokenizer, drafter, predictor = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_build(dirs)
     assert target.config.num_experts == MICRO.target.num_experts and predictor is not None
 
     # another recipe: one line that names the make target

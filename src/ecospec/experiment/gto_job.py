@@ -24,7 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
+from ecospec.components import load_target_and_tokenizer, local_path
 from ecospec.drafters.gto_train import GtoTraining, train_gto_head
+from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
@@ -72,10 +74,9 @@ def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
 
 def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     from ecospec.drafters.eagle3_checkpoint import load_eagle3, save_eagle3
-    from ecospec.experiment.components import load_target_and_tokenizer, local_path, tiny_dirs
 
     g, model = d["gto"], d["model"]
-    target, tokenizer = load_target_and_tokenizer(model, device)
+    target, tokenizer = load_target_and_tokenizer(model, device, tiny_dirs)
     spec = (model.get("drafters") or {}).get("eagle3") or {}
     path = spec.get("path")
     if path is None and model["source"] != "tiny":

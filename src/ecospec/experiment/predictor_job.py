@@ -20,7 +20,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ecospec.atomic import replace_dir
+from ecospec.components import load_target_and_tokenizer
 from ecospec.data.split import is_heldout
+from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.predictor.traces import MANIFEST, Traces, load_traces
@@ -120,10 +122,9 @@ def target_facts(model: dict, device: torch.device):
     """(MoE facts, input embedding) of the target: from its config and one tensor for a real checkpoint, from the
     model itself for the tiny ones (cheap to build)."""
     if model["source"] != "hf":
-        from ecospec.experiment.components import load_target_and_tokenizer
         from ecospec.models import moe_info
 
-        target, _ = load_target_and_tokenizer(model, torch.device("cpu"))
+        target, _ = load_target_and_tokenizer(model, torch.device("cpu"), tiny_dirs)
         return moe_info(target), target.get_input_embeddings().weight.detach().to(device)
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights

@@ -47,7 +47,7 @@ import numpy as np
 
 from ecospec.atomic import replace_dir
 from ecospec.cache import cache_root
-from ecospec.experiment.components import load_build
+from ecospec.components import load_build, load_trained
 from ecospec.identity import release_identity, stage_keys, tiny_version
 from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
@@ -59,7 +59,6 @@ from ecospec.tiny.gto import gto_stage, gto_summary
 from ecospec.tiny.layout import RELEASE_DIR
 from ecospec.tiny.predictor import predictor_stage, predictor_summary, traces_stage, traces_summary
 from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest, verify
-from ecospec.tiny.target import load_trained
 
 DEFAULT_THREADS = 2
 ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
