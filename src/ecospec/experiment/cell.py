@@ -18,12 +18,10 @@ from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import CellComponents, load_components
-from ecospec.experiment.config import job_name
 from ecospec.experiment.hf_peer import hf_generate
-from ecospec.experiment.interleave import companion
-from ecospec.experiment.interleave import methods as interleave_methods
+from ecospec.experiment.interleave import companions
 from ecospec.experiment.intervals import cell_intervals
-from ecospec.experiment.job import finish_record, kept, record_head, run_job
+from ecospec.experiment.job import finish_record, record_head, run_job
 from ecospec.experiment.metrics import (
     batch_row,
     expert_load,
@@ -374,7 +372,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
     interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
-    others = _companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
+    others = companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
     if d["batch_size"] > 1:
         rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
     else:
@@ -405,20 +403,6 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
             cdir.mkdir(parents=True, exist_ok=True)
             finish_record(cdir, cd, rec)
     progress.clear()
-
-
-def _companions(d: dict, cell_dir: Path, device: torch.device, comp: CellComponents, record: dict) -> list[tuple]:
-    """(config, components, cell directory) of each `interleave` method to decode beside the cell's own, sharing
-    its target; a listed method whose ok record stands is kept, not rerun (`record["_kept"]` names them)."""
-    out = []
-    for name in interleave_methods(d):
-        cd = companion(d, name)
-        cdir = cell_dir.parent / job_name(cd)
-        if kept(cdir, cd) is not None:
-            record.setdefault("_kept", []).append(name)
-            continue
-        out.append((cd, load_components(cd, device, loaded=comp), cdir))
-    return out
 
 
 def _fill(record: dict, comp: CellComponents, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
