@@ -1,6 +1,6 @@
 """What a cell's config means by its components: the embedded default's stage folders (the release, or a cache build
 made first where missing), the predictor checkpoint it names, the engine and the verify-cost profile. The loading
-itself is `ecospec.components.load`, which the tiny build's stages call with their own folders."""
+itself is `ecospec.components.load`, which the tiny build's stages reach with their own folders (`load_build`)."""
 
 from __future__ import annotations
 
