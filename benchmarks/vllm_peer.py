@@ -32,12 +32,13 @@ from pathlib import Path
 import torch
 
 import ecospec
+from ecospec.components import load_build
 from ecospec.engine.compiled import prepare
 from ecospec.engine.static_eagle3 import prepare_drafter
 from ecospec.engine.static_predictor import prepare_predictor
 from ecospec.experiment.metrics import acceptance_by_position, positions
 from ecospec.tiny.build import paths
-from ecospec.tiny.evaluate import humaneval_ids, load_components
+from ecospec.tiny.evaluate import humaneval_ids
 from ecospec.vllm_backend.args import server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
 from ecospec.vllm_backend.env import vllm_cli
@@ -96,7 +97,7 @@ def main() -> int:
     torch.set_num_threads(1)
     os.sched_setaffinity(0, {0})
     dirs = paths()
-    target, tokenizer, drafter, predictor = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_build(dirs)
     prompts = humaneval_ids(tokenizer, a.prompts)
     run = {"eager": {"ar": "eager", "eagle3": "eager", "tree": "eager"}}
     if "compiled" in engines:  # prepared (compiled, or loaded from inductor's disk cache) before any round

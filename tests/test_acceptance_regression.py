@@ -19,7 +19,7 @@ PINNED = {
 
 @pytest.fixture(scope="module")
 def release():
-    from ecospec.experiment.components import load_build
+    from ecospec.components import load_build
     from ecospec.tiny.build import paths
     from ecospec.tiny.evaluate import heldout_ids
 

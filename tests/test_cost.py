@@ -194,7 +194,7 @@ def test_draft_and_predictor_bytes_come_from_the_release_facts_or_the_targets_sh
     predictors from the backbone's facts, DeepSeek's MTP as one MoE layer + eh_proj + lm_head."""
     from ecospec.analysis.cost import eagle3_head_bytes, load_model_config, step_parts
     from ecospec.drafters.eagle3_checkpoint import load_eagle3
-    from ecospec.tiny.release import RELEASE_DIR
+    from ecospec.tiny.layout import RELEASE_DIR
 
     tiny = load_model_config("tiny")
     parts = step_parts(tiny, "eagle3", 3, predictor=True)

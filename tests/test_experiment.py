@@ -21,8 +21,7 @@ from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, 
 from ecospec.identity import CELL_KEYS, cell_id
 from ecospec.report import build as report_build
 from ecospec.report.demo import build
-from ecospec.tiny.build import get_budget
-from ecospec.tiny.release import identity as release_identity
+from ecospec.tiny.build import recipe_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = conf_dir()
@@ -456,7 +455,7 @@ def test_a_kept_tiny_record_from_other_weights_is_set_aside_and_run_again(cell, 
     cfg, cell_dir = cell("model=tiny", "method=ar", "num_prompts=1", "max_new_tokens=4")
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
-    assert rec["env"]["tiny"] == {"source": "release", "identity": release_identity(get_budget("full"))}
+    assert rec["env"]["tiny"] == {"source": "release", "identity": recipe_identity("full")}
     old = json.loads((cell_dir / RESULT).read_text())
     old["env"]["tiny"]["identity"] = "0123456789abcdef"
     (cell_dir / RESULT).write_text(json.dumps(old))
@@ -625,7 +624,8 @@ def test_multirun_isolates_failures_and_prints_the_table(tmp_path):
 
 
 def test_loop_share_counts_outputs_ending_in_a_period_one_or_two_loop():
-    from ecospec.experiment.metrics import in_loop, summarize
+    from ecospec.analysis.loops import in_loop
+    from ecospec.experiment.metrics import summarize
 
     assert in_loop([9] * 20) and in_loop([3, 4] * 10) and in_loop(list(range(4)) + [7, 8] * 8)
     assert not in_loop([1, 2, 3] * 7) and not in_loop([5] * 15 + [6]) and in_loop([1] * 15) is None

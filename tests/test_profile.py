@@ -7,7 +7,8 @@ import json
 import pytest
 
 from ecospec.analysis.cost import fit_verify
-from ecospec.bench.profile import ProfileMissing, load_profile, measure
+from ecospec.analysis.profiles import ProfileMissing, load_profile
+from ecospec.bench.profile import measure
 
 
 def test_the_fit_recovers_a_known_line():

@@ -181,8 +181,8 @@ def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
     import statistics
     import time
 
+    from ecospec.components import load_build
     from ecospec.engine.compiled import prepare
-    from ecospec.experiment.components import load_build
     from ecospec.tiny.build import paths
 
     torch.set_num_threads(1)

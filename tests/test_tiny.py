@@ -13,6 +13,7 @@ import torch
 import ecospec
 from ecospec.data import humaneval_prompts
 from ecospec.models import tiny_model
+from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
 from ecospec.tiny.corpus import (
     BOS_ID,
     EOS_ID,
@@ -35,7 +36,7 @@ from ecospec.tiny.target import (
 # the modules (``ecospec.tiny.build`` the attribute is the build function)
 tiny_build = importlib.import_module("ecospec.tiny.build")
 tiny_target = importlib.import_module("ecospec.tiny.target")
-MICRO = tiny_build.BUDGETS["micro"]
+MICRO = BUDGETS["micro"]
 
 
 @pytest.fixture(scope="module")
@@ -313,16 +314,16 @@ def test_build_stage_failure_leaves_nothing(tmp_path, monkeypatch):
 def test_budgets_and_versions(monkeypatch, tmp_path):
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
     assert tiny_build.cache_root() == tmp_path
-    versions = {tiny_build.version(name) for name in tiny_build.BUDGETS}
-    assert len(versions) == len(tiny_build.BUDGETS)
-    assert tiny_build.version("full") == tiny_build.version(tiny_build.Budget("full"))
-    assert tiny_build.version(tiny_build.with_target("full", steps=1)) != tiny_build.version("full")
-    full = tiny_build.BUDGETS["full"].target
+    versions = {tiny_build.version(name) for name in BUDGETS}
+    assert len(versions) == len(BUDGETS)
+    assert tiny_build.version("full") == tiny_build.version(Budget("full"))
+    full = BUDGETS["full"].target
+    assert tiny_build.version(replace(BUDGETS["full"], target=replace(full, steps=1))) != tiny_build.version("full")
     assert full.num_experts >= 32 and full.top_k >= 4 and full.num_layers >= 4
     monkeypatch.delenv("ECOSPEC_CACHE")
     assert tiny_build.cache_root() == tiny_build.Path.home() / ".cache" / "ecospec"
     with pytest.raises(ValueError, match="unknown budget"):
-        tiny_build.get_budget("huge")
+        get_budget("huge")
 
 
 # --------------------------------------------------------------------------------------------- humaneval
@@ -361,7 +362,7 @@ def test_build_small_end_to_end(tmp_path, monkeypatch):
     assert all(x["matches_ar"] == 1.0 for x in ev.values())
     pm = summary["stages"]["predictor"]["metrics"]
     assert pm["accuracy"] > 2 * pm["chance"]
-    from ecospec.experiment.components import load_build
+    from ecospec.components import load_build
     from ecospec.tiny.evaluate import humaneval_ids
 
     target, tokenizer, drafter, predictor = load_build(tiny_build.paths("small"))
@@ -411,7 +412,7 @@ def test_sorted_experts_kernel_is_the_eager_loop_and_deterministic_on_two_thread
 def test_seed_budgets_are_the_full_recipe_with_every_seed_moved():
     """The across-builds study's builds (benchmarks/studies/across_builds.py): the full recipe, each stage's seed
     moved, so another draw of the same weights; never the release."""
-    full, one = tiny_build.BUDGETS["full"], tiny_build.BUDGETS["full-seed1"]
+    full, one = BUDGETS["full"], BUDGETS["full-seed1"]
     for stage in ("target", "drafter", "traces", "predictor"):
         assert getattr(one, stage).seed == getattr(full, stage).seed + 1000, stage
         assert replace(getattr(one, stage), seed=getattr(full, stage).seed) == getattr(full, stage), stage

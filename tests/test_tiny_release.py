@@ -9,20 +9,23 @@ from dataclasses import replace
 import pytest
 
 from ecospec.tiny import release
+from ecospec.tiny.budgets import BUDGETS, Budget
 from ecospec.tiny.corpus import BOS_ID
+from ecospec.tiny.layout import MANIFEST, RELEASE_DIR
 
 tiny_build = importlib.import_module("ecospec.tiny.build")
-FULL = tiny_build.BUDGETS["full"]
-MICRO = tiny_build.BUDGETS["micro"]
+identity = tiny_build.recipe_identity
+FULL = BUDGETS["full"]
+MICRO = BUDGETS["micro"]
 
 
 def test_committed_release_is_whole_small_and_names_no_machine():
-    m = release.verify(FULL)  # identity of the code's recipe, every file's sha256
-    assert m["identity"] == release.identity(FULL) and m["budget"] == "full"
+    m = release.verify(identity(FULL))  # identity of the code's recipe, every file's sha256
+    assert m["identity"] == identity(FULL) and m["budget"] == "full"
     assert m["bytes"] <= 60e6, f"release is {m['bytes'] / 1e6:.1f} MB (at most 60)"
     files = set(m["files"])
-    on_disk = {p.relative_to(release.RELEASE_DIR).as_posix() for p in release.RELEASE_DIR.rglob("*") if p.is_file()}
-    assert on_disk - files == {release.MANIFEST}, f"files in the release the manifest does not list: {on_disk - files}"
+    on_disk = {p.relative_to(RELEASE_DIR).as_posix() for p in RELEASE_DIR.rglob("*") if p.is_file()}
+    assert on_disk - files == {MANIFEST}, f"files in the release the manifest does not list: {on_disk - files}"
     for need in (
         "target/model/config.json",
         "target/model/model.safetensors",
@@ -40,7 +43,7 @@ def test_committed_release_is_whole_small_and_names_no_machine():
     assert by["processor"] and by["threads"] >= 1 and by["python"].startswith("3.")
     fig = m["figures"]
     assert fig["heldout_loss"] > 0 and fig["confidence.alpha"] > 1 and fig["ecospec.E"] > 0
-    for path in [release.RELEASE_DIR / release.MANIFEST, *release.RELEASE_DIR.glob("*/done.json")]:
+    for path in [RELEASE_DIR / MANIFEST, *RELEASE_DIR.glob("*/done.json")]:
         text = path.read_text()
         assert "/root" not in text and "/home/" not in text and "loadavg" not in text, path
 
@@ -54,7 +57,7 @@ def test_full_budget_uses_the_release_and_trains_nothing(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(importlib.import_module("ecospec.tiny.target"), "train_target", boom)
     assert tiny_build.source("full") == "release"
-    assert tiny_build.paths("full")["target_model"] == release.RELEASE_DIR / "target" / "model"
+    assert tiny_build.paths("full")["target_model"] == RELEASE_DIR / "target" / "model"
     summary = tiny_build.build("full", progress=False)
     assert summary["source"] == "release" and {s["status"] for s in summary["stages"].values()} == {"released"}
     assert tiny_build.build("full", until="gto", progress=False)["source"] == "release"
@@ -66,7 +69,7 @@ def test_full_budget_uses_the_release_and_trains_nothing(tmp_path, monkeypatch, 
     assert not list(tmp_path.glob("tiny-*")), "nothing goes into the cache"
     from ecospec.experiment.components import tiny_weights
 
-    assert tiny_weights({"budget": "full"}) == {"source": "release", "identity": release.identity(FULL)}
+    assert tiny_weights({"budget": "full"}) == {"source": "release", "identity": identity(FULL)}
     from ecospec.tiny.__main__ import main
 
     assert main(["info"]) == 0
@@ -77,12 +80,13 @@ def test_full_budget_uses_the_release_and_trains_nothing(tmp_path, monkeypatch, 
 
 def test_source_choice():
     assert tiny_build.source("micro") == "cache" and tiny_build.source("full", "cache") == "cache"
-    assert tiny_build.source(tiny_build.with_target("full", steps=1)) == "cache"  # another recipe: the cache
+    other = replace(FULL, target=replace(FULL.target, steps=1))
+    assert tiny_build.source(other) == "cache"  # another recipe: the cache
     with pytest.raises(ValueError, match="ECOSPEC_TINY='weights'"):
         tiny_build.source("full", "weights")
     # the identity ignores what does not shape the weights, and moves with what does
-    assert release.identity(FULL) == release.identity(tiny_build.Budget("full"))
-    assert release.identity(tiny_build.with_target("full", steps=1)) != release.identity(FULL)
+    assert identity(FULL) == identity(Budget("full"))
+    assert identity(other) != identity(FULL)
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +102,8 @@ def micro_build(tmp_path_factory):
 
 def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
     dest = tmp_path / "release"
-    m = release.make_release(micro_build, MICRO, dest=dest)
-    assert release.verify(MICRO, dest)["identity"] == m["identity"]
+    m = release.make_release(micro_build, MICRO, tiny_build.STAGES, dest=dest)
+    assert release.verify(identity(MICRO), dest)["identity"] == m["identity"]
     assert "traces" not in {f.split("/")[0] for f in m["files"]}  # training data for the predictor: not shipped
     assert "corpus/corpus.json" not in m["files"]  # its file list names this machine's stdlib path
     done = json.loads((dest / "corpus" / "done.json").read_text())
@@ -108,15 +112,15 @@ def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
         m["figures"]["heldout_loss"]
         == json.loads((micro_build / "target/done.json").read_text())["metrics"]["heldout_loss"]
     )
-    from ecospec.tiny.evaluate import load_components
+    from ecospec.components import load_build
 
     dirs = {name: dest / name for name in release.KEEP}
-    target, tokenizer, drafter, predictor = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_build(dirs)
     assert target.config.num_experts == MICRO.target.num_experts and predictor is not None
 
     # another recipe: one line that names the make target
     with pytest.raises(release.ReleaseError, match="make release-tiny") as err:
-        release.verify(replace(MICRO, target=replace(MICRO.target, steps=31)), dest)
+        release.verify(identity(replace(MICRO, target=replace(MICRO.target, steps=31))), dest)
     assert "\n" not in str(err.value)
     # a changed file is refused by name, and nothing is rewritten
     changed = tmp_path / "changed"
@@ -126,15 +130,17 @@ def test_micro_release_round_trip_and_refusals(micro_build, tmp_path):
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     with pytest.raises(release.ReleaseError, match="target/model/model.safetensors does not match"):
-        release.verify(MICRO, changed)
+        release.verify(identity(MICRO), changed)
     assert weights.read_bytes() == bytes(data)
     (changed / "gto" / "head" / "config.json").unlink()
     (changed / "target" / "model" / "model.safetensors").write_bytes(weights.read_bytes())
     with pytest.raises(release.ReleaseError):
-        release.verify(MICRO, changed)
+        release.verify(identity(MICRO), changed)
     # a build of another recipe is not released
     with pytest.raises(release.ReleaseError, match="another target recipe"):
-        release.make_release(micro_build, replace(MICRO, target=replace(MICRO.target, steps=31)), dest=tmp_path / "x")
+        release.make_release(
+            micro_build, replace(MICRO, target=replace(MICRO.target, steps=31)), tiny_build.STAGES, dest=tmp_path / "x"
+        )
     assert not (tmp_path / "x").exists()
 
 
@@ -147,7 +153,7 @@ def test_traces_are_built_on_top_of_the_release_on_first_use(tmp_path, monkeypat
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
     monkeypatch.delenv(tiny_build.ENV_SOURCE, raising=False)
     folder = tiny_build.paths("full")["traces"]
-    assert folder == tmp_path / f"tiny-release-{release.identity(FULL)}" / "traces" and not folder.exists()
+    assert folder == tmp_path / f"tiny-release-{identity(FULL)}" / "traces" and not folder.exists()
     routes, n_experts = corpus_routes({"name": "tiny", "source": "tiny", "budget": "full"})
     assert len(routes) == FULL.traces.samples and n_experts == FULL.target.num_experts
     assert routes[0].shape == (FULL.traces.length, FULL.target.num_layers, FULL.target.top_k)
@@ -155,4 +161,4 @@ def test_traces_are_built_on_top_of_the_release_on_first_use(tmp_path, monkeypat
     assert len(corpus_routes({"name": "tiny", "source": "tiny", "budget": "full"})[0]) == FULL.traces.samples
     assert (folder / "done.json").stat().st_mtime_ns == done  # traced once
     release._verified.cache_clear()
-    release.verify(FULL)  # the release itself untouched: every sha256 still matches
+    release.verify(identity(FULL))  # the release itself untouched: every sha256 still matches

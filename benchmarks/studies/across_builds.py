@@ -2,7 +2,7 @@
 
     python benchmarks/studies/across_builds.py [--budgets full full-seed1 full-seed2] [--out DIR]
 
-The release is the full recipe at seed 0; `full-seed1` and `full-seed2` (ecospec.tiny.build.BUDGETS) move every
+The release is the full recipe at seed 0; `full-seed1` and `full-seed2` (ecospec.tiny.budgets.BUDGETS) move every
 stage's seed, trained into the cache on first use (about 25 minutes each on 2 cores; never released). On each
 build, in a fresh process, `make demo`'s job (`python run.py experiment=demo model.budget=<b> force=true`: AR,
 EAGLE-3 and EcoSpec interleaved prompt by prompt on 16 held-out prompts x 64 tokens, 4 from each offline
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         f"x {rows[0]['max_new_tokens']} tokens, greedy, γ = {rows[0]['gamma']}, speedups on "
         f"{'the decoding thread' + chr(39) + 's CPU time' if rows[0].get('clock') == 'thread_cpu' else 'wall'}"
         f" (paired bootstrap over prompts). Builds: full = the release (seed 0), full-seed1/2 = the same recipe "
-        "with every stage's seed moved (ecospec.tiny.build.with_seed), trained on this machine. Commit "
+        "with every stage's seed moved (ecospec.tiny.budgets.with_seed), trained on this machine. Commit "
         f"{commit}.\n"
     )
     print(head + "\n" + text)

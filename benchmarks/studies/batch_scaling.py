@@ -29,10 +29,10 @@ import torch
 from provenance import run_commit
 
 import ecospec
+from ecospec.components import load_build
 from ecospec.data import encode_turn, load_prompts
 from ecospec.tiny import load_tiny_target
 from ecospec.tiny.build import paths
-from ecospec.tiny.evaluate import load_components
 
 DATASETS = ("humaneval", "gsm8k", "math500", "mtbench")
 METHODS = {  # name: (drafter?, selector, batch_buffer)
@@ -152,7 +152,7 @@ def main() -> None:
     sizes = [int(x) for x in a.sizes.split(",")]
     torch.set_num_threads(1)
     load_tiny_target()  # builds the embedded default on first use
-    target, tokenizer, drafter, predictor = load_components(paths("full"))
+    target, tokenizer, drafter, predictor = load_build(paths("full"))
     ids = prompts_of(tokenizer, a.prompts)
     res = measure(target, drafter, predictor, ids, sizes, a.tokens)
     lines = report(res, sizes, a.prompts, a.tokens)

@@ -26,9 +26,9 @@ from provenance import run_commit
 
 import ecospec
 from ecospec.analysis.calibration import collect, reliability
+from ecospec.components import calibrated_temperature, load_build
 from ecospec.tiny.build import paths
-from ecospec.tiny.calibrate import calibrated_temperature
-from ecospec.tiny.evaluate import heldout_ids, load_components
+from ecospec.tiny.evaluate import heldout_ids
 
 
 def decode(target, drafter, predictor, ids, run: dict, tokens: int):
@@ -60,7 +60,7 @@ def main() -> int:
     a.gamma = model_gamma if a.gamma is None else a.gamma
     torch.set_num_threads(1)
     dirs = paths()
-    target, tokenizer, drafter, predictor = load_components(dirs)
+    target, tokenizer, drafter, predictor = load_build(dirs)
     t_cal = calibrated_temperature(dirs)
     t_txt = " / ".join(f"{x:.2f}" for x in (t_cal if isinstance(t_cal, tuple) else (t_cal,)))
     groups = heldout_ids(tokenizer, ("humaneval", "gsm8k"), a.prompts)

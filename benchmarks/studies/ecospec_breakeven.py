@@ -24,9 +24,10 @@ import torch
 from provenance import run_commit
 
 import ecospec
+from ecospec.components import load_build
 from ecospec.engine import targets
 from ecospec.tiny.build import paths
-from ecospec.tiny.evaluate import heldout_ids, load_components
+from ecospec.tiny.evaluate import heldout_ids
 
 METHODS = (("eagle3", "confidence", None), ("ecospec", "ecospec", "learned"), ("oracle", "oracle", "oracle"))
 
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--datasets", default="gsm8k,humaneval,math500,mtbench")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    target, tokenizer, drafter, predictor = load_components(paths("full"))
+    target, tokenizer, drafter, predictor = load_build(paths("full"))
     layers = len(target.model.layers)
     clock = ExpertClock(target)
     stats = {

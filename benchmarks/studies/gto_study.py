@@ -31,7 +31,8 @@ def _value(field_type: str, text: str):
 
 
 def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
-    from ecospec.tiny.build import Context, build, get_budget, paths
+    from ecospec.tiny.budgets import get_budget
+    from ecospec.tiny.build import Context, build, paths
     from ecospec.tiny.gto import GtoRecipe, gto_stage
 
     build("full", until="predictor")
@@ -60,13 +61,14 @@ def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
 
 def evaluate(heads: list[Path], n: int, tokens: int) -> None:
     import ecospec
+    from ecospec.components import load_build
     from ecospec.drafters.eagle3 import Eagle3Drafter
     from ecospec.drafters.eagle3_checkpoint import load_eagle3
     from ecospec.tiny.build import paths
-    from ecospec.tiny.evaluate import heldout_ids, load_components
+    from ecospec.tiny.evaluate import heldout_ids
 
     torch.set_num_threads(1)
-    target, tokenizer, base, _ = load_components(paths("full"))
+    target, tokenizer, base, _ = load_build(paths("full"))
     drafters = {"eagle3": base}
     for h in heads:
         drafters[h.name] = Eagle3Drafter(load_eagle3(h / "head", target.config), target.get_input_embeddings())

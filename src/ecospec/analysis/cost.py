@@ -141,7 +141,7 @@ def hf_config(model: Mapping, facts: Mapping):
 
         return tiny_config(model["preset"], vocab_size=VOCAB_SIZE)
     if source == "tiny":  # the requested BPE vocab: a build's tokenizer fills it on the full-size corpus
-        from ecospec.tiny.build import get_budget
+        from ecospec.tiny.budgets import get_budget
         from ecospec.tiny.target import target_config
 
         budget = get_budget(model.get("budget", "full"))
@@ -346,7 +346,7 @@ def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
 def _release_dir(model: Mapping) -> Path | None:
     if model.get("source") != "tiny":
         return None
-    from ecospec.tiny.release import RELEASE_DIR
+    from ecospec.tiny.layout import RELEASE_DIR
 
     return RELEASE_DIR
 

@@ -8,7 +8,7 @@ with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (
 AR step at γ = 1, E = k; and, for the embedded default, one head pass of each draft shape (a tree level of top-k
 rows, a chain's single row) and the predictor's pass, timed in real decodes of held-out prompts on that engine.
 Written to `$ECOSPEC_CACHE/profiles/<model>-<engine>-<dtype>-<processor>.json` with its hash; no part of any
-cell's identity. A method that needs one and finds none stops naming this command (`load_profile`). On a GPU the
+cell's identity. A method that needs one and finds none stops naming this command (`analysis.profiles`). On a GPU the
 verify passes are timed with CUDA events (`verify_latency`); the head and predictor passes need the model's
 components and are measured for the embedded default only (elsewhere: null, and said so).
 """
@@ -25,48 +25,20 @@ import numpy as np
 import torch
 
 from ecospec.analysis.cost import (
-    PROFILE_VERSION,
     VerifyProfile,
     fit_line,
     fit_verify,
     independent_experts,
     load_model_config,
     model_cost,
-    profile_key,
 )
+from ecospec.analysis.profiles import ProfileMissing as ProfileMissing  # re-exported: report.moe_methods imports it
+from ecospec.analysis.profiles import load_profile as load_profile  # re-exported: report.moe_methods imports it
+from ecospec.analysis.profiles import profiles_dir
 from ecospec.atomic import write_json
-from ecospec.cache import cache_root, digest
+from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
-
-
-class ProfileMissing(ValueError):
-    """No verify-cost profile for this model, engine and machine."""
-
-
-def profiles_dir() -> Path:
-    return cache_root() / "profiles"
-
-
-def command(model: str, engine: str) -> str:
-    return f"python -m ecospec.bench.profile --model {model} --engine {engine}"
-
-
-def load_profile(model: str, engine: str, dtype: str, processor: str) -> tuple[VerifyProfile, str]:
-    """(the profile, its hash) for this model, engine, dtype and processor; ProfileMissing names the command."""
-    path = profiles_dir() / f"{profile_key(model, engine, dtype, processor)}.json"
-    if not path.is_file():
-        raise ProfileMissing(
-            f"no verify-cost profile for model={model} engine={engine} on {processor} ({path}); "
-            f"make it with: {command(model, engine)}"
-        )
-    data = json.loads(path.read_text())
-    if data["profile"].get("version") != PROFILE_VERSION:
-        raise ProfileMissing(
-            f"the verify-cost profile {path} was made by another version of ecospec; make it again "
-            f"with: {command(model, engine)}"
-        )
-    return VerifyProfile(**data["profile"]), data["hash"]
 
 
 def _processor(device: torch.device) -> str:
@@ -81,11 +53,12 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
     `gammas`: blocks of exactly γ tokens), the AR step whole, one head pass of each draft shape and the predictor's
     pass, and the routes of the AR-decoded text. The second of two rounds is timed."""
     import ecospec
+    from ecospec.components import load_build
     from ecospec.experiment.engines import CellEngine
     from ecospec.tiny.build import paths
-    from ecospec.tiny.evaluate import heldout_ids, load_components
+    from ecospec.tiny.evaluate import heldout_ids
 
-    target, tokenizer, drafter, predictor = load_components(paths("full"))
+    target, tokenizer, drafter, predictor = load_build(paths("full"))
     ids = [p for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval"], prompts).values() for p in ps]
     g = max(gammas)
     runs = [("ar", "confidence", None, g), ("tree", "ecospec", drafter, g)]

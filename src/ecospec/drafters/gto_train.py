@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -343,3 +343,63 @@ def train_gto(
             )
     head.eval()
     return head, log
+
+
+@dataclass(frozen=True)
+class GtoTraining:
+    """How a GTO head trains: the job's `gto` block, or the tiny build's `GtoRecipe`."""
+
+    steps: int
+    lr: float
+    warmup_steps: int
+    batch_size: int
+    seq_len: int
+    groups: int
+    group_size: int
+    depth: int
+    topk: int
+    seed: int
+    gto_weight: float = GtoSettings.gto_weight  # 0: continued EAGLE-3 training alone (the tiny build's ablation)
+
+    @classmethod
+    def of(cls, settings: Mapping) -> GtoTraining:
+        """The fields of `settings` this dataclass names (the rest: data, generation, saving)."""
+        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
+
+
+def train_gto_head(
+    head,
+    target,
+    sequences,
+    training: GtoTraining,
+    progress: Callable[[dict], None] | None = None,
+    state: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
+) -> tuple[object, GtoLog]:
+    """`head` (float32, on the target's device) trained further with GTO on `sequences`
+    (`train_gto`; `state` / `save`: resume and save a run): what `experiment=gto` and the tiny
+    build's GTO stage both run."""
+    settings = GtoSettings(
+        depth=training.depth,
+        topk=training.topk,
+        groups=training.groups,
+        group_size=training.group_size,
+        gto_weight=training.gto_weight,
+    )
+    return train_gto(
+        head.to(device=target.device, dtype=torch.float32),
+        target,
+        sequences,
+        steps=training.steps,
+        lr=training.lr,
+        batch_size=training.batch_size,
+        seq_len=training.seq_len,
+        settings=settings,
+        warmup_steps=training.warmup_steps,
+        seed=training.seed,
+        progress=progress,
+        state=state,
+        save=save,
+        save_every=save_every,
+    )

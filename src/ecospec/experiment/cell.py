@@ -17,13 +17,11 @@ from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.clock import now as clock_now
 from ecospec.experiment.clock import pick_clock
-from ecospec.experiment.components import Components, load_components
-from ecospec.experiment.config import job_name
+from ecospec.experiment.components import CellComponents, load_components
 from ecospec.experiment.hf_peer import hf_generate
-from ecospec.experiment.interleave import companion
-from ecospec.experiment.interleave import methods as interleave_methods
+from ecospec.experiment.interleave import companions
 from ecospec.experiment.intervals import cell_intervals
-from ecospec.experiment.job import finish_record, kept, record_head, run_job
+from ecospec.experiment.job import finish_record, record_head, run_job
 from ecospec.experiment.metrics import (
     batch_row,
     expert_load,
@@ -51,7 +49,7 @@ AR_METHOD = {"name": "ar", "selector": "confidence"}
 TIMING = ("id", "turn", "batch", "n_tokens", "seconds", "cpu_seconds", "hf_tokens", "hf_seconds", "hf_cpu_seconds")
 
 
-def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: dict, trace_left: int) -> list[dict]:
+def _decode_prompt(comp: CellComponents, p, cfg: dict, progress: Progress, method: dict, trace_left: int) -> list[dict]:
     """Every turn of prompt `p` with `method`'s drafter/selector/predictor (AR when its name is 'ar'); rows
     already in `progress` are reused. `trace_left`: verify passes whose traces may still be kept."""
     ar = method["name"] == "ar"
@@ -126,7 +124,7 @@ def _decode_prompt(comp: Components, p, cfg: dict, progress: Progress, method: d
 
 
 def _decode_prompts(
-    comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool, others: tuple = ()
+    comp: CellComponents, prompts, cfg: dict, progress: Progress, interleave_ar: bool, others: tuple = ()
 ) -> tuple[dict[str, list[dict]], list[dict] | None]:
     """({method name: its rows}, AR's rows or None): every prompt with the cell's method, then each of `others`
     ((method, components) of `experiment.interleave`), then, when `interleave_ar`, AR (so a machine that slows
@@ -167,7 +165,7 @@ def batch_schedule(prompts, size: int):
 
 
 def _decode_batch(
-    comp: Components,
+    comp: CellComponents,
     prompts,
     batch,
     n: int,
@@ -223,7 +221,7 @@ def _decode_batch(
     return rows, brow
 
 
-def _decode_batched(comp: Components, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
+def _decode_batched(comp: CellComponents, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
     """`_decode_prompts` at batch_size > 1: (rows, batch rows, AR rows, AR batch rows), AR decoding each batch right
     after the method when `interleave_ar`. Rows come back in dataset order (prompt, then turn)."""
     method = cfg["method"]
@@ -302,7 +300,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
 
 
 def _summary(
-    comp: Components,
+    comp: CellComponents,
     cfg: dict,
     rows: list[dict],
     batches: list[dict] | None,
@@ -374,7 +372,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
     interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
-    others = _companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
+    others = companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
     if d["batch_size"] > 1:
         rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
     else:
@@ -407,21 +405,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     progress.clear()
 
 
-def _companions(d: dict, cell_dir: Path, device: torch.device, comp: Components, record: dict) -> list[tuple]:
-    """(config, components, cell directory) of each `interleave` method to decode beside the cell's own, sharing
-    its target; a listed method whose ok record stands is kept, not rerun (`record["_kept"]` names them)."""
-    out = []
-    for name in interleave_methods(d):
-        cd = companion(d, name)
-        cdir = cell_dir.parent / job_name(cd)
-        if kept(cdir, cd) is not None:
-            record.setdefault("_kept", []).append(name)
-            continue
-        out.append((cd, load_components(cd, device, loaded=comp), cdir))
-    return out
-
-
-def _fill(record: dict, comp: Components, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
+def _fill(record: dict, comp: CellComponents, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
     """A cell record's summary and per-prompt parts from its rows and its AR."""
     record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"], clock, pairing)
     if comp.profile_ref:  # the profile the method priced its passes with (no part of the cell's identity)

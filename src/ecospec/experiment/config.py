@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ecospec import conf_dir
 from ecospec.bench import settings_problem
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
@@ -22,7 +23,7 @@ from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
 from ecospec.experiment.clock import CLOCKS
 from ecospec.identity import cell_config, config_id, job_config, job_kind
 from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
-from ecospec.identity import job_id as job_id  # re-exported: interleave and tests/test_identity.py
+from ecospec.identity import job_id as job_id  # re-exported: tests/test_identity.py imports it from here
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
@@ -384,7 +385,7 @@ def _validate_budget(d: Mapping) -> None:
 def _family_top_k(model: Mapping) -> int | None:
     """The target's top-k from its config alone (tiny recipe, random preset or facts.hf_config)."""
     if model.get("source") == "tiny":
-        from ecospec.tiny.build import get_budget
+        from ecospec.tiny.budgets import get_budget
 
         return get_budget(model.get("budget", "full")).target.top_k
     if model.get("source") == "random":
@@ -468,6 +469,47 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
     return True
 
 
+def interleave_methods(d: Mapping) -> list[str]:
+    """The methods `interleave=` lists beside the cell's own (conf/method/<name>.yaml), [] without the knob."""
+    names = d.get("interleave") or []
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n]
+    return list(names)
+
+
+def method_config(name: str) -> dict:
+    path = conf_dir() / "method" / f"{name}.yaml"
+    if not path.exists():
+        have = ", ".join(sorted(p.stem for p in (conf_dir() / "method").glob("*.yaml")))
+        raise ConfigError(f"interleave: unknown method {name!r} (conf/method has: {have})")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def companion(d: Mapping, name: str) -> dict:
+    """The config of listed method `name`'s own cell: the cell's, with its method (and no interleave)."""
+    return {**d, "method": method_config(name), "interleave": None}
+
+
+def validate_interleave(d: Mapping) -> None:
+    """One line for what `interleave=` cannot do; each listed method is validated as its own cell."""
+    names = interleave_methods(d)
+    if not names:
+        return
+    main = d["method"]["name"]
+    if d.get("batch_size", 1) != 1:
+        raise ConfigError(f"interleave={','.join(names)}: batch_size 1 only (batch_size={d['batch_size']})")
+    if d.get("expert_budget") is not None:
+        raise ConfigError("interleave: not with expert_budget (the budget is a method's own setting)")
+    if (d.get("backend") or {}).get("name", "hf") != "hf":
+        raise ConfigError("interleave: our engine only (backend=hf)")
+    if "ar" in names or main == "ar":
+        raise ConfigError("interleave: AR is decoded beside every method already; list SD methods only")
+    if main in names or len(set(names)) < len(names):
+        raise ConfigError(f"interleave={','.join(names)}: each method once, not the cell's own ({main})")
+    for name in names:
+        validate(companion(d, name))
+
+
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
@@ -508,8 +550,6 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     kind = drafter_kind(d)
     drafters = model.get("drafters") or {}
     if d.get("interleave"):
-        from ecospec.experiment.interleave import validate_interleave
-
         validate_interleave(d)
     if _validate_backend(d, kind):
         return  # a vLLM cell: the rest is the HF engine's

@@ -18,81 +18,21 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
-from ecospec.drafters.gto_train import GtoLog, GtoSettings, train_gto
+from ecospec.components import load_target_and_tokenizer, local_path
+from ecospec.drafters.gto_train import GtoTraining, train_gto_head
+from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
 from ecospec.store import gto_root, stored_gto
 
 STATE = "state.pt"
-
-
-@dataclass(frozen=True)
-class GtoTraining:
-    """How a GTO head trains: the job's `gto` block, or the tiny build's `GtoRecipe`."""
-
-    steps: int
-    lr: float
-    warmup_steps: int
-    batch_size: int
-    seq_len: int
-    groups: int
-    group_size: int
-    depth: int
-    topk: int
-    seed: int
-    gto_weight: float = GtoSettings.gto_weight  # 0: continued EAGLE-3 training alone (the tiny build's ablation)
-
-    @classmethod
-    def of(cls, settings: Mapping) -> GtoTraining:
-        """The fields of `settings` this dataclass names (the rest: data, generation, saving)."""
-        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
-
-
-def train_gto_head(
-    head,
-    target,
-    sequences,
-    training: GtoTraining,
-    progress: Callable[[dict], None] | None = None,
-    state: dict | None = None,
-    save: Callable[[dict], None] | None = None,
-    save_every: int = 0,
-) -> tuple[object, GtoLog]:
-    """`head` (float32, on the target's device) trained further with GTO on `sequences`
-    (`drafters.gto_train.train_gto`; `state` / `save`: resume and save a run): what `experiment=gto` and the tiny
-    build's GTO stage both run."""
-    settings = GtoSettings(
-        depth=training.depth,
-        topk=training.topk,
-        groups=training.groups,
-        group_size=training.group_size,
-        gto_weight=training.gto_weight,
-    )
-    return train_gto(
-        head.to(device=target.device, dtype=torch.float32),
-        target,
-        sequences,
-        steps=training.steps,
-        lr=training.lr,
-        batch_size=training.batch_size,
-        seq_len=training.seq_len,
-        settings=settings,
-        warmup_steps=training.warmup_steps,
-        seed=training.seed,
-        progress=progress,
-        state=state,
-        save=save,
-        save_every=save_every,
-    )
 
 
 def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
@@ -134,10 +74,9 @@ def _sequences(d: dict, target, tokenizer) -> list[torch.Tensor]:
 
 def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     from ecospec.drafters.eagle3_checkpoint import load_eagle3, save_eagle3
-    from ecospec.experiment.components import load_target_and_tokenizer, local_path, tiny_dirs
 
     g, model = d["gto"], d["model"]
-    target, tokenizer = load_target_and_tokenizer(model, device)
+    target, tokenizer = load_target_and_tokenizer(model, device, tiny_dirs)
     spec = (model.get("drafters") or {}).get("eagle3") or {}
     path = spec.get("path")
     if path is None and model["source"] != "tiny":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ecospec.analysis.loops import in_loop
 from ecospec.engine.records import GenerateResult
 
 PHASES = ("t_pred", "t_draft", "t_select", "t_verify", "t_total", "t_cpu")  # t_cpu: the step's thread CPU time
@@ -116,19 +117,6 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_se
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
     }
-
-
-LOOP_TAIL = 16  # tokens at the end of an output checked for a loop
-LOOP_PERIOD = 2  # longest repeated pattern counted as a loop
-
-
-def in_loop(tokens: list[int], tail: int = LOOP_TAIL, period: int = LOOP_PERIOD) -> bool | None:
-    """Whether the last `tail` tokens are one token or one pattern of at most `period` tokens repeated (greedy
-    decoding of a weak model degenerates so); None for outputs shorter than `tail` (stopped at eos early)."""
-    if len(tokens) < tail:
-        return None
-    end = tokens[-tail:]
-    return any(all(end[i] == end[i % p] for i in range(tail)) for p in range(1, period + 1))
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +20,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ecospec.atomic import replace_dir
+from ecospec.components import load_target_and_tokenizer
 from ecospec.data.split import is_heldout
+from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
-from ecospec.predictor.model import ExpertPredictor
 from ecospec.predictor.traces import MANIFEST, Traces, load_traces
-from ecospec.predictor.train import TrainSummary, train_predictor
+from ecospec.predictor.train import PredictorTraining, train_expert_predictor
 from ecospec.store import predictor_root, stored_predictor, traces_root
 
 WORK = "work"  # the training run's own directory under the predictor root (checkpoints, resume state)
@@ -123,10 +122,9 @@ def target_facts(model: dict, device: torch.device):
     """(MoE facts, input embedding) of the target: from its config and one tensor for a real checkpoint, from the
     model itself for the tiny ones (cheap to build)."""
     if model["source"] != "hf":
-        from ecospec.experiment.components import load_target_and_tokenizer
         from ecospec.models import moe_info
 
-        target, _ = load_target_and_tokenizer(model, torch.device("cpu"))
+        target, _ = load_target_and_tokenizer(model, torch.device("cpu"), tiny_dirs)
         return moe_info(target), target.get_input_embeddings().weight.detach().to(device)
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
@@ -141,61 +139,6 @@ def target_facts(model: dict, device: torch.device):
     emb = skeleton.get_input_embeddings().weight
     param = next(n for n, p in skeleton.named_parameters() if p is emb)
     return config_moe_info(config), read_embedding(model["target"], param).to(device)
-
-
-@dataclass(frozen=True)
-class PredictorTraining:
-    """How an expert predictor trains: the job's `training` block, or the tiny build's `PredictorRecipe`."""
-
-    lr: float
-    batch_size: int
-    window: int
-    seed: int
-    steps: int | None = None
-    epochs: float | None = None
-    levels: Mapping[str, float] = field(default_factory=dict)  # {checkpoint name: first held-out accuracy}
-    eval_every: int | None = None  # None: 1/20 of the run
-
-
-def train_expert_predictor(
-    info,
-    embedding: torch.Tensor,
-    backbone,
-    traces: Traces | Path,
-    training: PredictorTraining,
-    out_dir: Path,
-    device: torch.device,
-    *,
-    split: tuple[list[int], list[int]] | None = None,
-    resume: bool = False,
-    save_every_s: float = 900.0,
-    on_step: Callable[[int, int, float, float | None], None] | None = None,
-) -> TrainSummary:
-    """A fresh predictor for a target (its MoE facts `info` and input embedding), seeded, trained on `traces` into
-    `out_dir` (`predictor.train.train_predictor`): what `experiment=predictor` and the tiny build's predictor stage
-    both run."""
-    torch.manual_seed(training.seed)
-    if device.type == "cuda":
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls for the fp32 predictor (the README's estimate)
-    dtype = torch.float32 if embedding.dtype in (torch.bfloat16, torch.float16) else embedding.dtype
-    predictor = ExpertPredictor.create(info, embedding.to(dtype), backbone).to(device)
-    return train_predictor(
-        predictor,
-        traces,
-        steps=training.steps,
-        epochs=training.epochs,
-        lr=training.lr,
-        batch_size=training.batch_size,
-        window=training.window,
-        out_dir=out_dir,
-        checkpoint_at_accuracy=dict(training.levels),
-        eval_every=training.eval_every,
-        seed=training.seed,
-        split=split,
-        resume=resume,
-        save_every_s=save_every_s,
-        on_step=on_step,
-    )
 
 
 def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:

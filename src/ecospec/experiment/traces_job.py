@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ecospec.components import load_target_and_tokenizer
 from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids
-from ecospec.experiment.components import load_target_and_tokenizer
+from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
 from ecospec.predictor.traces import MANIFEST, TraceWriter, route_batch, target_meta
@@ -94,7 +95,7 @@ def _collect(d: dict, job_dir: Path, device: torch.device, record: dict) -> None
     lo, hi = len(prompts) * t["part"] // t["parts"], len(prompts) * (t["part"] + 1) // t["parts"]
     mine = prompts[lo:hi]
     record["data_source"] = every.source
-    target, tokenizer = load_target_and_tokenizer(d["model"], device)
+    target, tokenizer = load_target_and_tokenizer(d["model"], device, tiny_dirs)
     chat = d["model"].get("chat_template", True)
     out = traces_dir(d["model"], ds["name"], t["part"], t["parts"])
     collection = {

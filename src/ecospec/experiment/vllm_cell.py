@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ecospec.experiment.config import ROUTED_ON_CPU
+from ecospec.experiment.components import tiny_dirs
+from ecospec.experiment.config import ROUTED_ON_CPU, drafter_kind
 from ecospec.experiment.job import run_job
 from ecospec.vllm_backend.args import kv_cache_bytes, server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
@@ -44,13 +45,10 @@ def settings(d: dict) -> dict:
 
 def checkpoints(d: dict) -> tuple[str, str, str | None]:
     """(target, tokenizer, drafter checkpoint) as vLLM loads them: the tiny build's folders, or HF ids / paths."""
-    from ecospec.experiment.components import _tiny_dirs
-    from ecospec.experiment.config import drafter_kind
-
     model, kind = d["model"], drafter_kind(d)
     spec = (model.get("drafters") or {}).get(kind) or {}
     if model["source"] == "tiny":
-        dirs = _tiny_dirs(model)
+        dirs = tiny_dirs(model)
         target = str(dirs["target"] / "model")
         draft = str(spec.get("path") or dirs["drafter"] / "head") if kind == "eagle3" else spec.get("path")
         return target, target, draft

@@ -306,3 +306,58 @@ def train_predictor(
         if state_dir is not None:
             shutil.rmtree(state_dir, ignore_errors=True)
     return summary
+
+
+@dataclass(frozen=True)
+class PredictorTraining:
+    """How an expert predictor trains: the job's `training` block, or the tiny build's `PredictorRecipe`."""
+
+    lr: float
+    batch_size: int
+    window: int
+    seed: int
+    steps: int | None = None
+    epochs: float | None = None
+    levels: Mapping[str, float] = field(default_factory=dict)  # {checkpoint name: first held-out accuracy}
+    eval_every: int | None = None  # None: 1/20 of the run
+
+
+def train_expert_predictor(
+    info,
+    embedding: torch.Tensor,
+    backbone,
+    traces: Traces | Path,
+    training: PredictorTraining,
+    out_dir: Path,
+    device: torch.device,
+    *,
+    split: tuple[list[int], list[int]] | None = None,
+    resume: bool = False,
+    save_every_s: float = 900.0,
+    on_step: Callable[[int, int, float, float | None], None] | None = None,
+) -> TrainSummary:
+    """A fresh predictor for a target (its MoE facts `info` and input embedding), seeded, trained on `traces` into
+    `out_dir` (`train_predictor`): what `experiment=predictor` and the tiny build's predictor stage
+    both run."""
+    torch.manual_seed(training.seed)
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls for the fp32 predictor (the README's estimate)
+    dtype = torch.float32 if embedding.dtype in (torch.bfloat16, torch.float16) else embedding.dtype
+    predictor = ExpertPredictor.create(info, embedding.to(dtype), backbone).to(device)
+    return train_predictor(
+        predictor,
+        traces,
+        steps=training.steps,
+        epochs=training.epochs,
+        lr=training.lr,
+        batch_size=training.batch_size,
+        window=training.window,
+        out_dir=out_dir,
+        checkpoint_at_accuracy=dict(training.levels),
+        eval_every=training.eval_every,
+        seed=training.seed,
+        split=split,
+        resume=resume,
+        save_every_s=save_every_s,
+        on_step=on_step,
+    )

@@ -4,20 +4,17 @@ CPU from the interpreter's own standard library by the recipe here, and released
     from ecospec.tiny import load_tiny
     target, tokenizer, drafter, predictor = load_tiny()   # the release, checked in place; nothing trains
 
-See ``ecospec.tiny.release`` for the release, ``ecospec.tiny.build`` for the cache layout and the budgets,
-``corpus`` and ``target`` for the recipes.
+See ``ecospec.tiny.release`` for the release, ``ecospec.tiny.build`` for the cache layout, ``ecospec.tiny.budgets``
+for the budgets, ``corpus`` and ``target`` for the recipes.
 """
 
+from ecospec.cache import cache_root
+from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
 from ecospec.tiny.build import (
-    BUDGETS,
     STAGES,
-    Budget,
     Context,
-    CorpusRecipe,
     Stage,
     build,
-    cache_root,
-    get_budget,
     load_tiny,
     load_tiny_target,
     load_tiny_tokenizer,
@@ -26,6 +23,7 @@ from ecospec.tiny.build import (
     status,
     version,
 )
+from ecospec.tiny.corpus import CorpusRecipe
 from ecospec.tiny.target import (
     RoutingImbalanceError,
     TargetRecipe,

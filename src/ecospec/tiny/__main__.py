@@ -9,7 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-from ecospec.tiny.build import BUDGETS, ENV_SOURCE, STAGES, build, format_summary, get_budget, root_dir, source, status
+from ecospec.tiny.budgets import BUDGETS, get_budget
+from ecospec.tiny.build import ENV_SOURCE, STAGES, build, format_summary, root_dir, source, status
+from ecospec.tiny.layout import RELEASE_DIR
+from ecospec.tiny.release import make_release, read_manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,10 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.command == "release":
-        from ecospec.tiny.release import RELEASE_DIR, make_release
-
         src = args.src or root_dir("full")
-        m = make_release(src, get_budget("full"), threads=args.threads)
+        m = make_release(src, get_budget("full"), STAGES, threads=args.threads)
         print(
             f"released {src} as {RELEASE_DIR}: identity {m['identity']}, {len(m['files'])} files, "
             f"{m['bytes'] / 1e6:.1f} MB"
@@ -61,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(st, indent=1, default=str))
         return 0
     if st["source"] == "release":
-        from ecospec.tiny.release import read_manifest
-
         m = read_manifest()
         by = m["built_by"]
         print(f"ecospec tiny: the release is in use ({ENV_SOURCE}=cache for a cache build): {st['root']}")

@@ -23,10 +23,10 @@ has another key is rebuilt, and so is everything after it. A missing stage whose
 finished one in a sibling ``tiny-*`` directory (another recipe that differs only downstream) is
 copied from there instead of rebuilt.
 
-Budgets: ``"full"`` (the embedded default, released: 1,144 s of stages on 2 CPU cores for the release, GTO
-included; a 2-core AMD EPYC took over 12 minutes for the target stage alone), ``"small"`` (a ~2-3 minute
-end-to-end version for slow tests) and ``"micro"`` (seconds; unit tests). Results are deterministic for a budget,
-a processor, a thread count (``build(threads=2)`` by default) and a Python (the corpus is its stdlib).
+Budgets (``tiny.budgets``): ``"full"`` (the embedded default, released: 1,144 s of stages on 2 CPU cores for the
+release, GTO included; a 2-core AMD EPYC took over 12 minutes for the target stage alone), ``"small"`` (a ~2-3
+minute end-to-end version for slow tests) and ``"micro"`` (seconds; unit tests). Results are deterministic for a
+budget, a processor, a thread count (``build(threads=2)`` by default) and a Python (the corpus is its stdlib).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,138 +47,32 @@ import numpy as np
 
 from ecospec.atomic import replace_dir
 from ecospec.cache import cache_root
-from ecospec.experiment.components import load_build
+from ecospec.components import load_build, load_trained
 from ecospec.identity import release_identity, stage_keys, tiny_version
+from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
 from ecospec.tiny.calibrate import recipe as calibrate_recipe
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
-from ecospec.tiny.drafter import DrafterRecipe, drafter_stage, drafter_summary
-from ecospec.tiny.evaluate import EvalRecipe, evaluate_stage, evaluate_summary
-from ecospec.tiny.gto import GtoRecipe, gto_stage, gto_summary
-from ecospec.tiny.predictor import (
-    PredictorRecipe,
-    TracesRecipe,
-    predictor_stage,
-    predictor_summary,
-    traces_stage,
-    traces_summary,
-)
-from ecospec.tiny.target import TargetRecipe, load_trained
+from ecospec.tiny.drafter import drafter_stage, drafter_summary
+from ecospec.tiny.evaluate import evaluate_stage, evaluate_summary
+from ecospec.tiny.gto import gto_stage, gto_summary
+from ecospec.tiny.layout import RELEASE_DIR
+from ecospec.tiny.predictor import predictor_stage, predictor_summary, traces_stage, traces_summary
+from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest, verify
 
 DEFAULT_THREADS = 2
 ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
 
 
-@dataclass(frozen=True)
-class CorpusRecipe:
-    max_bytes: int = 12_000_000  # cap on the sorted stdlib file list (the 3.11 stdlib minus exclusions: ~9.9 MB)
-    val_every: int = 20  # every 20th file is held out
-    vocab_size: int = 4096
-    min_frequency: int = 2
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Every knob of the build. Stages read their part; all of it goes into the cache version."""
-
-    name: str
-    corpus: CorpusRecipe = field(default_factory=CorpusRecipe)
-    target: TargetRecipe = field(default_factory=TargetRecipe)
-    drafter: DrafterRecipe = field(default_factory=DrafterRecipe)
-    traces: TracesRecipe = field(default_factory=TracesRecipe)
-    predictor: PredictorRecipe = field(default_factory=PredictorRecipe)
-    evaluate: EvalRecipe = field(default_factory=EvalRecipe)
-    gto: GtoRecipe = field(default_factory=GtoRecipe)
-
-
-BUDGETS: dict[str, Budget] = {
-    "full": Budget("full"),
-    "small": Budget(
-        "small",
-        corpus=CorpusRecipe(max_bytes=3_000_000, vocab_size=2048),
-        target=TargetRecipe(
-            num_layers=8,
-            moe_intermediate_size=48,
-            seq_len=256,
-            batch_size=4,
-            steps=300,
-            warmup_steps=20,
-            eval_tokens=16384,
-        ),
-        drafter=DrafterRecipe(steps=120, intermediate_size=256, train_windows=600, eval_windows=16),
-        traces=TracesRecipe(samples=120),
-        predictor=PredictorRecipe(hidden_size=64, head_dim=16, intermediate_size=128, steps=120),
-        evaluate=EvalRecipe(prompts=4, max_new_tokens=32),
-        gto=GtoRecipe(steps=20, seq_len=128, groups=4),
-    ),
-    "micro": Budget(
-        "micro",
-        corpus=CorpusRecipe(max_bytes=150_000, val_every=5, vocab_size=320),
-        target=TargetRecipe(
-            hidden_size=32,
-            num_layers=2,
-            num_heads=2,
-            num_kv_heads=1,
-            head_dim=16,
-            num_experts=8,
-            top_k=2,
-            moe_intermediate_size=16,
-            seq_len=64,
-            batch_size=4,
-            steps=30,
-            warmup_steps=3,
-            eval_tokens=1024,
-        ),
-        drafter=DrafterRecipe(
-            steps=10, batch_size=2, seq_len=64, intermediate_size=64, train_windows=40, eval_windows=4
-        ),
-        traces=TracesRecipe(samples=24, length=64),
-        predictor=PredictorRecipe(
-            hidden_size=32,
-            num_layers=1,
-            num_heads=2,
-            num_kv_heads=1,
-            head_dim=16,
-            intermediate_size=64,
-            steps=10,
-            window=64,
-            thresholds=(),
-        ),
-        evaluate=EvalRecipe(prompts=2, max_new_tokens=8),
-        gto=GtoRecipe(steps=3, seq_len=32, groups=2, group_size=4, train_windows=20, prompt_len=16),
-    ),
-}
-
-
-def with_seed(budget: Budget, seed: int, name: str) -> Budget:
-    """`budget` with every stage's seed moved by `seed` (target init and data order, the drafter's and the
-    predictor's init and windows, the traces' windows): the same recipe, another draw of its weights."""
-    return replace(
-        budget,
-        name=name,
-        target=replace(budget.target, seed=budget.target.seed + seed),
-        drafter=replace(budget.drafter, seed=budget.drafter.seed + seed),
-        traces=replace(budget.traces, seed=budget.traces.seed + seed),
-        predictor=replace(budget.predictor, seed=budget.predictor.seed + seed),
-    )
-
-
-# the across-builds study's other draws of the full recipe (benchmarks/studies/across_builds.py): trained into the cache
-# on first use, never released (the release is seed 0)
-BUDGETS.update({f"full-seed{k}": with_seed(BUDGETS["full"], 1000 * k, f"full-seed{k}") for k in (1, 2)})
-
-
-def get_budget(budget: str | Budget) -> Budget:
-    if isinstance(budget, Budget):
-        return budget
-    if budget not in BUDGETS:
-        raise ValueError(f"unknown budget {budget!r}; choose one of {', '.join(BUDGETS)} or pass a Budget")
-    return BUDGETS[budget]
+def recipe_identity(budget: str | Budget = "full") -> str:
+    """Hash of what shapes the budget's weights (`identity.release_identity` of the stages): what a release of it
+    carries and is checked against."""
+    return release_identity(STAGES, get_budget(budget))
 
 
 def version(budget: str | Budget = "full") -> str:
     """The cache folder's name (`identity.tiny_version`): the recipe's identity and this Python's minor version."""
-    return tiny_version(release_identity(STAGES, get_budget(budget)))
+    return tiny_version(recipe_identity(budget))
 
 
 def source(budget: str | Budget = "full", choice: str | None = None) -> str:
@@ -199,7 +93,7 @@ def root_dir(budget: str | Budget = "full") -> Path:
 
 def on_release_dir(budget: str | Budget = "full") -> Path:
     """Where stages the release does not ship (the routing traces) are built on top of it, by release identity."""
-    return cache_root() / f"tiny-release-{release_identity(STAGES, get_budget(budget))}"
+    return cache_root() / f"tiny-release-{recipe_identity(budget)}"
 
 
 # ----------------------------------------------------------------------------------------------- stages
@@ -364,9 +258,7 @@ def paths(budget: str | Budget = "full", choice: str | None = None) -> dict[str,
     ``build(until="traces")`` fills on first use."""
     released = source(budget, choice) == "release"
     if released:
-        from ecospec.tiny.release import RELEASE_DIR, verify
-
-        verify(get_budget(budget))
+        verify(recipe_identity(budget))
         root = RELEASE_DIR
     else:
         root = root_dir(budget)
@@ -577,8 +469,6 @@ def _release_summary(b: Budget) -> dict:
 
 def compare_with_release(summary: dict) -> str:
     """How a cache build's figures compare with the release's (held-out loss, routing, α, E, cost ratios)."""
-    from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest
-
     try:
         manifest = read_manifest()
     except ReleaseError as e:
@@ -658,9 +548,3 @@ def load_tiny(budget: str | Budget = "full", calibrated: bool = True):
     temperature and the final expert predictor."""
     build(budget, progress=False)
     return load_build(paths(budget), calibrated=calibrated)
-
-
-def with_target(budget: str | Budget, **changes) -> Budget:
-    """A copy of ``budget`` with some ``TargetRecipe`` fields changed (and ``name`` kept)."""
-    b = get_budget(budget)
-    return replace(b, target=replace(b.target, **changes))

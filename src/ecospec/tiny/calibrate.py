@@ -1,20 +1,19 @@
 """The tiny build's `calibrate` stage: a temperature on the EAGLE-3 head's logits so that its confidence tracks the
 target's acceptance (`analysis.calibration`), fitted on prompts no cell evaluates (the benchmarks' non-held-out
 80 %), written to `calibrate/calibration.json` and applied wherever the build's head drafts (the model config's
-`drafters.eagle3.temperature: calibrated`). The head's weights are untouched (vLLM serves them as they are: its
-chain drafting takes the top token, which a temperature does not change)."""
+`drafters.eagle3.temperature: calibrated`, read by `components.calibrated_temperature`). The head's weights are
+untouched (vLLM serves them as they are: its chain drafting takes the top token, which a temperature does not
+change)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
-from ecospec.experiment.components import load_build
+from ecospec.components import CALIBRATION, load_build
 
-FILE = "calibration.json"
 DATASETS = ("gsm8k", "humaneval", "math500", "mtbench")  # the four with an offline copy
 
 
@@ -79,7 +78,7 @@ def calibrate_stage(ctx) -> dict:
         "confidence_after": after.confidence,
         "acceptance": before.accuracy,
     }
-    (ctx.out / FILE).write_text(json.dumps(metrics, indent=1))
+    (ctx.out / CALIBRATION).write_text(json.dumps(metrics, indent=1))
     return metrics
 
 
@@ -95,11 +94,3 @@ def calibrate_summary(m: dict) -> list[str]:
         f"ECE {m['ece_before']:.3f} -> {m['ece_after']:.3f}",
         f"top-1 confidence by depth {by_depth}",
     ]
-
-
-def calibrated_temperature(dirs: dict[str, Path]) -> float | tuple[float, ...]:
-    """The build's fitted temperatures, one per draft depth (1.0 when the stage has not run: a build before it)."""
-    path = dirs.get("calibrate")
-    if path is None or not (path / FILE).exists():
-        return 1.0
-    return tuple(float(x) for x in json.loads((path / FILE).read_text())["temperature"])

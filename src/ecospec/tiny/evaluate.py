@@ -8,10 +8,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ecospec.experiment.components import load_build
-
-# the name bench.profile, the benchmarks and tests/test_tiny_release.py load a build with: the one loader
-load_components = load_build
+from ecospec.analysis.loops import in_loop
+from ecospec.components import load_build
 
 METHODS = (  # name, selector, predictor kind (the other methods: python run.py -m experiment=tiny_repro)
     ("ar", "confidence", None),
@@ -57,9 +55,8 @@ def heldout_ids(tokenizer, datasets, n: int) -> dict[str, list[torch.Tensor]]:
 def evaluate(dirs, r: EvalRecipe, bar=lambda it, **kw: it) -> dict:
     """Every method on every prompt, interleaved (a prompt's methods run back to back, so a machine that slows
     down mid-run slows them alike), greedy; per method α, E, per-step phase times, tokens/s, speedup vs AR,
-    whether the output equals AR's, and AR's loop share (`experiment.metrics.in_loop`)."""
+    whether the output equals AR's, and AR's loop share (`analysis.loops.in_loop`)."""
     import ecospec
-    from ecospec.experiment.metrics import in_loop
 
     target, tokenizer, drafter, predictor = load_build(dirs)
     prompts = humaneval_ids(tokenizer, r.prompts)

@@ -1,7 +1,8 @@
 """Build stage (optional, built on first use by method=gto|gto_ecospec): the tiny EAGLE-3 head continued with
-Group Tree Optimization (the GTO job's `train_gto_head`) on the target's own text, as GTO trains: 256 seeded 64-token
-prompts of the corpus's train split (never benchmark prompts), each continued greedily by the target for 192 tokens
-(batched, ~35 s). The decode tree of the evaluation (depth 3, top-2) is the training tree.
+Group Tree Optimization (`drafters.gto_train.train_gto_head`, as the GTO job runs it) on the target's own text, as
+GTO trains: 256 seeded 64-token prompts of the corpus's train split (never benchmark prompts), each continued
+greedily by the target for 192 tokens (batched, ~35 s). The decode tree of the evaluation (depth 3, top-2) is the
+training tree.
 
 Size: the stage must stay under 5 minutes on 2 cores (not part of `make demo`'s build): 290 s measured idle (one
 step of 2 windows x 8 groups x 8 positions grows 2 x 64 trees per head, trained and reference, one target tree
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ecospec.experiment.gto_job import GtoTraining, train_gto_head
+from ecospec.drafters.gto_train import GtoTraining, train_gto_head
 from ecospec.tiny.drafter import stream_windows
 
 

@@ -1,7 +1,7 @@
 """Build stages: routing traces of the tiny target, and the EcoSpec expert predictor trained on them.
 
-The same pipeline a cluster runs for a real target (collect_traces -> the predictor job's
-`train_expert_predictor`), with a small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
+The same pipeline a cluster runs for a real target (collect_traces -> `predictor.train.train_expert_predictor`,
+which the predictor job runs too), with a small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
 
 Why this size: the paper's predictor costs 0.5 % of a verify pass (4 ms against 730 ms). On a CPU a decoder's
 cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32): measured 1.3 ms per step (its
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ecospec.experiment.predictor_job import PredictorTraining, train_expert_predictor
 from ecospec.models import moe_info
+from ecospec.predictor.train import PredictorTraining, train_expert_predictor
 from ecospec.tiny.drafter import stream_windows
 
 

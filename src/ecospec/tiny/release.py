@@ -36,9 +36,8 @@ from ecospec.atomic import replace_dir
 from ecospec.cache import sha256_file
 from ecospec.identity import release_identity
 from ecospec.methods import methods
+from ecospec.tiny.layout import MANIFEST, RELEASE_DIR
 
-RELEASE_DIR = Path(__file__).with_name("release")
-MANIFEST = "manifest.json"
 REBUILD = "make release-tiny"
 # what a release keeps of each stage folder (globs relative to it; done.json always)
 KEEP = {
@@ -58,13 +57,6 @@ PREDICTED = tuple(m.name for m in methods() if m.predictor == "learned")
 
 class ReleaseError(RuntimeError):
     """The shipped release cannot be used as it is (another recipe, a changed file, a missing file)."""
-
-
-def identity(budget) -> str:
-    """Hash of what shapes the released weights (`identity.release_identity` of the build's stages)."""
-    from ecospec.tiny.build import STAGES
-
-    return release_identity(STAGES, budget)
 
 
 def read_manifest(where: Path = RELEASE_DIR) -> dict | None:
@@ -101,9 +93,10 @@ def _verified(where: str, expected: str) -> dict:
     return m
 
 
-def verify(budget, where: Path = RELEASE_DIR) -> dict:
-    """The manifest of the release in `where` once its identity and every file's hash are checked (once a process)."""
-    return _verified(str(where), identity(budget))
+def verify(identity: str, where: Path = RELEASE_DIR) -> dict:
+    """The manifest of the release in `where` once its identity (the code's recipe's: `tiny.build.recipe_identity`)
+    and every file's hash are checked (once a process)."""
+    return _verified(str(where), identity)
 
 
 def processor() -> str:
@@ -179,11 +172,10 @@ def _scrub(done: dict) -> dict:
     return done
 
 
-def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: int | None = None) -> dict:
+def make_release(build_root: Path, budget, stages, dest: Path = RELEASE_DIR, threads: int | None = None) -> dict:
     """Copy the finished build in `build_root` into `dest` as a release (written beside, then swapped in) and return
-    its manifest. The build's recorded recipe must be the code's (fields the code no longer has are ignored)."""
-    from ecospec.tiny.build import STAGES
-
+    its manifest; `stages`: the build's (`tiny.build.STAGES`). The build's recorded recipe must be the code's (fields
+    the code no longer has are ignored)."""
     recorded = json.loads((build_root / "recipe.json").read_text())["budget"]
     current = json.loads(json.dumps(asdict(budget)))  # as recipe.json holds it (tuples as lists)
     for part, fields in current.items():
@@ -196,7 +188,7 @@ def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: in
     shutil.rmtree(tmp, ignore_errors=True)
     metrics: dict[str, dict] = {}
     versions: dict = {}
-    for stage in STAGES:
+    for stage in stages:
         if stage.name not in KEEP:
             continue
         src = build_root / stage.name
@@ -214,10 +206,10 @@ def make_release(build_root: Path, budget, dest: Path = RELEASE_DIR, threads: in
                     shutil.copy2(f, out / f.relative_to(src))
     files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     manifest = {
-        "identity": identity(budget),
+        "identity": release_identity(stages, budget),
         "budget": budget.name,
         "recipe": current,
-        "stage_revisions": {s.name: s.revision for s in STAGES},
+        "stage_revisions": {s.name: s.revision for s in stages},
         "built_by": {"processor": processor(), "machine": platform.machine(), "threads": threads, **versions},
         "figures": figures(metrics),
         "bytes": sum((tmp / f).stat().st_size for f in files),

@@ -48,7 +48,7 @@ Recipe notes (2 CPU threads, torch 2.13, measured Nov-Dec 2026):
   (0 % share) after 150. The per-layer loss at 0.02: every expert above 0.5 % after 480 steps.
 * Training kernel ``ecospec_sorted`` (``tiny/experts.py``): the eager per-expert loop costs 0.98 s a step
   here, transformers' ``grouped_mm`` 0.63 s but is not run-to-run deterministic on 2 threads; the sorted
-  kernel 0.74 s and deterministic. Decoding always runs the eager loop (``load_trained``).
+  kernel 0.74 s and deterministic. Decoding always runs the eager loop (``components.load_trained``).
 * Thread contention: with 2 threads and one other busy process on a 2-core machine, OpenMP spin-waits
   make steps 30-70x slower; 1 thread is not slowed this way. The trainer warns when steps slow down over 4x.
 
@@ -444,13 +444,3 @@ def _active_params(model, recipe: TargetRecipe) -> int:
     total = sum(p.numel() for p in model.parameters())
     per_expert = 3 * recipe.hidden_size * recipe.moe_intermediate_size
     return total - recipe.num_layers * (recipe.num_experts - recipe.top_k) * per_expert
-
-
-def load_trained(path, **kwargs):
-    """A trained tiny target from its HF folder, in eval mode, as every caller decodes with it: SDPA attention and
-    the eager experts loop unless `kwargs` say otherwise (the build's batched stages pick the sorted kernel)."""
-    from transformers import AutoModelForCausalLM
-
-    kwargs.setdefault("attn_implementation", "sdpa")
-    kwargs.setdefault("experts_implementation", "eager")
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
