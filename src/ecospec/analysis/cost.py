@@ -590,7 +590,7 @@ def fit_latency(
 # -- a verify-cost profile measured on the engine and machine that run the cells -----------------------------------
 
 
-PROFILE_VERSION = 3  # a profile written by another version is made again (`bench.profile.load_profile`)
+PROFILE_VERSION = 3  # a profile written by another version is made again (`analysis.profiles.load_profile`)
 
 
 @dataclass(frozen=True)

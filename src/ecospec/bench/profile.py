@@ -32,8 +32,6 @@ from ecospec.analysis.cost import (
     load_model_config,
     model_cost,
 )
-from ecospec.analysis.profiles import ProfileMissing as ProfileMissing  # re-exported: report.moe_methods imports it
-from ecospec.analysis.profiles import load_profile as load_profile  # re-exported: report.moe_methods imports it
 from ecospec.analysis.profiles import profiles_dir
 from ecospec.atomic import write_json
 from ecospec.cache import digest

@@ -48,7 +48,7 @@ def check_args(
     if drafter is not None and spec.cost_model and profile is None:
         raise ValueError(
             f"selector {selector!r} prices passes in seconds: pass profile=<VerifyProfile> "
-            "(bench.profile.load_profile; make one with python -m ecospec.bench.profile --model M "
+            "(analysis.profiles.load_profile; make one with python -m ecospec.bench.profile --model M "
             "--engine E)"
         )
 

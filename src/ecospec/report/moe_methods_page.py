@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ecospec.analysis.profiles import ProfileMissing, load_profile
 from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
 from ecospec.report.records import mean_positions
 from ecospec.report.write import Page
@@ -146,8 +147,6 @@ def _profile_lines(profile, digest: str, current: str | None) -> list[str]:
 
 def _profiles(df: pd.DataFrame) -> dict:
     """engine -> (profile, its hash now, the hash the cells used) from the records' `profile` keys."""
-    from ecospec.bench.profile import ProfileMissing, load_profile  # torch: only where records name a profile
-
     out = {}
     for engine, g in df.groupby("engine"):
         refs = [r for r in g["profile"] if isinstance(r, dict)]
