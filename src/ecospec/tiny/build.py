@@ -428,7 +428,7 @@ def _run_stage(stage: Stage, ctx: Context, extra: dict, message: str) -> dict:
 
 def _traces_on_release(b: Budget, progress: bool) -> Path:
     """The release's routing traces, traced here once from its target and corpus (deterministic for a processor
-    like every stage; about a minute on 2 cores) into ``on_release_dir``."""
+    like every stage; its time: docs/embedded-default.md) into ``on_release_dir``."""
     where = paths(b)
     final = where["traces"]
     if _read_done(final) is not None:
