@@ -11,9 +11,9 @@ trained at 3e-3), 10 warm-up steps.
 
 What moves alpha here (`benchmarks/studies/gto_study.py`): this recipe about matches the EAGLE-3 head's alpha,
 and beats the same steps without the GTO term (continued EAGLE-3 training on the same texts), so GTO's term is
-worth something against same-compute continued training, not against the head it starts from. More steps
-(over the time bound), other group shapes, deeper training trees, higher learning rates and corpus windows instead
-of generated text did no better. The figures: docs/embedded-default.md, "How the recipe was chosen".
+worth something against same-compute continued training, not against the head it starts from. More steps helped
+a little but overrun the time bound; other group shapes, deeper training trees, higher learning rates and corpus
+windows instead of generated text did no better. The figures: docs/embedded-default.md, "How the recipe was chosen".
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ which the predictor job runs too), with a small Qwen3 decoder as the backbone in
 
 Why this size: the paper's predictor costs a small fraction of a verify pass (0.5 %: 4 ms against 730 ms). On a
 CPU a decoder's cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32) run through its own
-decode path (``ExpertPredictor._decode``, leaner than the HF forward); a second layer would double its cost for
-little accuracy. The training budget reaches a held-out accuracy well above the checkpoint levels, and the
-checkpoints at >= 0.50 and >= 0.65 (evaluated every 16 steps) and the final one are distinct weights, so Table 9
-gets three rows. The figures behind each choice: docs/embedded-default.md, "How the recipe was chosen".
+decode path (``ExpertPredictor._decode``, leaner than the HF forward), within the design's budget of a tenth of a
+verify pass (docs/design.md); a second layer would double its cost for little accuracy. The training budget reaches
+a held-out accuracy well above the checkpoint levels, and the checkpoints at >= 0.50 and >= 0.65 (evaluated every
+16 steps) and the final one are distinct weights, so Table 9 gets three rows. The figures behind each choice:
+docs/embedded-default.md, "How the recipe was chosen".
 """
 
 from __future__ import annotations
