@@ -10,8 +10,9 @@ average over benchmarks keeps one estimate per benchmark in every resample.
 The interval is the expanded percentile interval (Hesterberg 2015, "What teachers should know about the
 bootstrap", §4.4): the bootstrap distribution's quantiles at Φ(±√(n/(n−1)) t_{n−1}) instead of 2.5 % and 97.5 %,
 which widens the percentile interval by what a small sample hides (its narrowness bias). At the cells' own 8
-prompts a plain percentile interval of a speedup covers the truth about 88 % of the time and BCa no better; the
-expanded one about 94 % (`tests/test_bootstrap.py` measures it at 8 and 16 prompts). With strata, n is the number of
+prompts a plain percentile interval of a speedup covers the truth too rarely and BCa no better; the expanded one
+comes close to its nominal 95 % (`tests/test_bootstrap.py` measures it at 8 and 16 prompts; the coverages:
+docs/grids.md). With strata, n is the number of
 units less one per stratum beyond the first (each stratum's mean costs a degree of freedom). Seeded: the same units
 give the same interval.
 """

@@ -195,8 +195,8 @@ class KVCache:
 
 def fused(owner: nn.Module, linears: tuple[nn.Linear, ...]) -> torch.Tensor:
     """The weights of `linears` stacked (one matmul for all: drafting runs the head three times a step, and on a CPU
-    every op costs ~10 us). Cached on `owner` while no gradient flows; rebuilt when a weight changes (an optimizer
-    step or a load bumps its version) and never cached while training."""
+    every op has a fixed cost whatever its size). Cached on `owner` while no gradient flows; rebuilt when a weight
+    changes (an optimizer step or a load bumps its version) and never cached while training."""
     weights = [lin.weight for lin in linears]
     if torch.is_grad_enabled():
         return torch.cat(weights)

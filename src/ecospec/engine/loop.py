@@ -21,7 +21,7 @@ from ecospec.methods import method
 from ecospec.models.adapters import moe_info
 
 
-@torch.inference_mode()  # no autograd bookkeeping on any op: AR ~13 % faster than under no_grad
+@torch.inference_mode()  # no autograd bookkeeping on any op (faster than no_grad: docs/benchmarks.md)
 def generate(
     target,
     input_ids: torch.Tensor,

@@ -32,7 +32,7 @@ _FILL: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]]
 def to_4d(visible: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Tensor:
     """[q, kv] bool -> [1, 1, q, kv] (or per row [B, q, kv] -> [B, 1, q, kv]): bool for SDPA-style kernels,
     additive float (0 / dtype min) for eager and SDPA (`forward.additive_masks`). Two ops (a view and a `where` on
-    cached scalars): it runs for every forward of a step, where each op costs ~10 us on a CPU."""
+    cached scalars): it runs for every forward of a step, where each op has a fixed cost on a CPU."""
     rows = visible.view(1, 1, *visible.shape) if visible.dim() == 2 else visible.unsqueeze(1)
     if not additive:
         return rows

@@ -159,7 +159,8 @@ class StaticQwen3(nn.Module):
             self.register_buffer("forced_ids", torch.zeros_like(routes), persistent=False)
         self.max_len = max_len
         # every weight a step reads, in plain containers: the compiled step fetches its ~200 inputs from here, where
-        # walking module attributes (target.model.layers[i].self_attn.q_proj.weight) cost ~250 us a call
+        # walking module attributes (target.model.layers[i].self_attn.q_proj.weight) made dynamo's per-call prologue
+        # many times longer (docs/benchmarks.md)
         self.weights = [_layer_weights(layer) for layer in model.layers]
         self.head_weights = {
             "embed": model.embed_tokens.weight,
@@ -206,8 +207,8 @@ class StaticQwen3(nn.Module):
 
     def compact(self, src, start):
         """Rows start + src[j] of every layer's cache to rows start + j ([γ] `src`: the accepted path, then
-        identity), gathered before written. One compiled call for all layers: a Python loop over 2L caches cost
-        ~220 us a step on the embedded default, the graph ~70 us."""
+        identity), gathered before written. One compiled call for all layers: a Python loop over 2L small copies
+        cost several times more a step (docs/benchmarks.md, "The KV cache written in place")."""
         dst = start + self.slot_ids[: src.shape[0]]
         for cache in (*self.k_cache, *self.v_cache):
             cache.index_copy_(1, dst, cache.index_select(1, start + src))

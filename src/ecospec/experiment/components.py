@@ -39,7 +39,7 @@ def tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
     ECOSPEC_TINY=cache, a cache build made first where missing; `until`: an optional stage too (e.g. "gto")."""
     budget = model.get("budget", "full")
     if any(st["status"] != "done" for st in status(budget)["stages"].values()):
-        build(budget)  # a cache build, the first time (the full budget: about 19 minutes on 2 cores)
+        build(budget)  # a cache build, the first time (the full budget: tens of minutes on 2 cores)
     if until is not None:
         build(budget, until=until)  # a no-op once built (and for the release)
     return paths(budget)

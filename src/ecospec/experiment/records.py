@@ -80,7 +80,7 @@ def write_record_file(path: Path, record: dict) -> None:
 
 
 def _int_matrix(text: bytes) -> np.ndarray | None:
-    """`[[int, ...], ...]` as a 2-D int64 array by numpy's text parser (several times faster than `json` for an
+    """`[[int, ...], ...]` as a 2-D int64 array by numpy's text parser (faster than `json` for an
     expert load); ValueError if it is anything else."""
     if text == b"[]":
         return None

@@ -23,9 +23,9 @@ has another key is rebuilt, and so is everything after it. A missing stage whose
 finished one in a sibling ``tiny-*`` directory (another recipe that differs only downstream) is
 copied from there instead of rebuilt.
 
-Budgets (``tiny.budgets``): ``"full"`` (the embedded default, released: 1,144 s of stages on 2 CPU cores for the
-release, GTO included; a 2-core AMD EPYC took over 12 minutes for the target stage alone), ``"small"`` (a ~2-3
-minute end-to-end version for slow tests) and ``"micro"`` (seconds; unit tests). Results are deterministic for a
+Budgets (``tiny.budgets``): ``"full"`` (the embedded default, released; tens of minutes on 2 CPU cores, its
+build times in docs/embedded-default.md), ``"small"`` (a minutes-long end-to-end version for slow tests) and
+``"micro"`` (seconds; unit tests). Results are deterministic for a
 budget, a processor, a thread count (``build(threads=2)`` by default) and a Python (the corpus is its stdlib).
 """
 
@@ -428,7 +428,7 @@ def _run_stage(stage: Stage, ctx: Context, extra: dict, message: str) -> dict:
 
 def _traces_on_release(b: Budget, progress: bool) -> Path:
     """The release's routing traces, traced here once from its target and corpus (deterministic for a processor
-    like every stage; about a minute on 2 cores) into ``on_release_dir``."""
+    like every stage; its time: docs/embedded-default.md) into ``on_release_dir``."""
     where = paths(b)
     final = where["traces"]
     if _read_done(final) is not None:

@@ -40,7 +40,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 @dataclass(frozen=True)
 class CorpusRecipe:
-    max_bytes: int = 12_000_000  # cap on the sorted stdlib file list (the 3.11 stdlib minus exclusions: ~9.9 MB)
+    max_bytes: int = 12_000_000  # cap on the sorted stdlib file list (above the 3.11 stdlib minus exclusions)
     val_every: int = 20  # every 20th file is held out
     vocab_size: int = 4096
     min_frequency: int = 2

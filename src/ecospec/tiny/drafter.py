@@ -4,17 +4,14 @@ Teacher forcing plus two training-time-test steps (`ttt_steps=3`), on windows of
 saved in the speculators layout (`layers.0.*`, top-level `eagle_aux_hidden_state_layer_ids` in HF indices: vLLM's own
 format, so `vllm serve` loads the build's head as it is), without `d2t`/`t2d` (its draft vocabulary is the whole
 vocabulary, for which vLLM refuses the tables); `load_eagle3` reads it back like a public head. Its attention has the
-target's shape (4 heads of 32: vLLM's CPU attention takes no head size below 32).
+target's shape (heads of 32: vLLM's CPU attention takes no head size below 32).
 
-Size: one decoder layer at the target's hidden size (64), as every public EAGLE-3 head; its cost is ~1 ms per
-forward on a CPU whatever its width, so a 3-level tree (3 forwards + tree bookkeeping) is ~4.5 ms against a
-~28-30 ms AR step of the 16-layer target: 15-16 % (paper: 8 ms against 490 ms for Qwen3-235B, 35 ms against 81 ms
-for GPT-OSS-120B). MLP width 512: held-out top-1
-agreement with the target 0.667 / 0.632 / 0.635 per unrolled step against 0.635 / 0.606 / 0.599 at 256 (600
-steps each, same cost per draft forward). Tried and dropped: a 2,048-token draft vocabulary (agreement 0.625,
-no faster). 450 steps (229 s on 2 threads when chosen; 197 s in the release's build): agreement
-0.658 / 0.604 / 0.594 on this recipe's build. The teacher forwards use the sorted experts kernel (0.14 s per
-4 x 256 batch against 0.25 s for the eager loop).
+Size: one decoder layer at the target's hidden size (64), as every public EAGLE-3 head; on a CPU its cost per
+forward is fixed whatever its width, so a 3-level tree (3 forwards + tree bookkeeping) stays a small fraction of an
+AR step of the deep target, as drafting is of a step in the paper's systems. MLP width 512 (8 x hidden): better
+held-out agreement with the target than 256 at the same cost per draft forward. The draft vocabulary is the whole
+vocabulary (a smaller one agreed less and was no faster). The teacher forwards use the sorted experts kernel
+(faster than the eager loop). The figures behind each choice: docs/embedded-default.md, "How the recipe was chosen".
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ class DrafterRecipe:
     batch_size: int = 4
     seq_len: int = 256
     ttt_steps: int = 3
-    intermediate_size: int = 512  # the head's MLP (8 x hidden): +3 points of held-out agreement over 4 x hidden
+    intermediate_size: int = 512  # the head's MLP (8 x hidden): agrees with the target better than 4 x hidden
     train_windows: int = 3000
     eval_windows: int = 32
     seed: int = 0
@@ -52,7 +49,7 @@ def drafter_stage(ctx) -> dict:
     from ecospec.tiny.experts import NAME
 
     r = ctx.budget.drafter
-    target = ctx.target(experts_implementation=NAME)  # teacher forwards of 4 x 256 tokens: 0.14 s, eager 0.25 s
+    target = ctx.target(experts_implementation=NAME)  # teacher forwards: the sorted kernel is faster than eager
     train = stream_windows(ctx.tokens("train"), r.seq_len, r.train_windows, r.seed)
     val = stream_windows(ctx.tokens("val"), r.seq_len, r.eval_windows, r.seed + 1)
     bar = ctx.bar(total=r.steps, desc="EAGLE-3 head", unit="step")

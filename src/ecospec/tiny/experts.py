@@ -3,9 +3,9 @@
 Same function as transformers' eager per-expert loop (the loop the target runs at decode time, so a pass's cost
 grows with its unique experts), computed for training with a third fewer ops and deterministically:
 the (token, slot) pairs are sorted by expert once, each expert multiplies one contiguous slice, and the results
-are put back by a permutation. Measured on 2 threads, 16 layers x hidden 64, 2 x 512 tokens: 0.74 s per
-training step against 0.98 s for eager; transformers' `grouped_mm` (0.63 s) is not run-to-run deterministic
-on a 2-thread CPU (its backward scatters with duplicate indices), this one is (`tests/test_tiny.py`).
+are put back by a permutation. Transformers' `grouped_mm` is faster still but not run-to-run deterministic on a
+2-thread CPU (its backward scatters with duplicate indices); this one is (`tests/test_tiny.py`). The step times
+compared: docs/embedded-default.md, "How the recipe was chosen".
 """
 
 from __future__ import annotations

@@ -3,14 +3,13 @@
 The same pipeline a cluster runs for a real target (collect_traces -> `predictor.train.train_expert_predictor`,
 which the predictor job runs too), with a small Qwen3 decoder as the backbone instead of Qwen3-0.6B.
 
-Why this size: the paper's predictor costs 0.5 % of a verify pass (4 ms against 730 ms). On a CPU a decoder's
-cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32): measured 1.3 ms per step (its
-own decode path, ``ExpertPredictor._decode``; 1.7-2.6 ms through the HF forward) against a ~45-50 ms verify
-pass, i.e. 3-4 %; two layers would double it for +1-2 points of accuracy. Trained 800 steps on 800 traced
-windows (49 s on 2 threads): held-out top-k accuracy 0.82 (untrained 0.12); the first checkpoints at >= 0.50
-and >= 0.65 (evaluated every 16 steps) and the final one give Table 9 three distinct rows (0.55 / 0.68 / 0.82
-on this recipe's build; the old 2 x 128 predictor reached 0.60 at its first evaluation, so its 0.5 and 0.6
-checkpoints were the same weights).
+Why this size: the paper's predictor costs a small fraction of a verify pass (0.5 %: 4 ms against 730 ms). On a
+CPU a decoder's cost is its op count, so the backbone is one layer (hidden 64, 2 heads of 32) run through its own
+decode path (``ExpertPredictor._decode``, leaner than the HF forward), within the design's budget of a tenth of a
+verify pass (docs/design.md); a second layer would double its cost for little accuracy. The training budget reaches
+a held-out accuracy well above the checkpoint levels, and the checkpoints at >= 0.50 and >= 0.65 (evaluated every
+16 steps) and the final one are distinct weights, so Table 9 gets three rows. The figures behind each choice:
+docs/embedded-default.md, "How the recipe was chosen".
 """
 
 from __future__ import annotations

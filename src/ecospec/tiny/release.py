@@ -13,7 +13,8 @@ Layout: the stage folders of a cache build (``tiny.build``) with only what later
       gto/      done.json  head/
       calibrate/ done.json calibration.json
 
-Routing traces (the ``traces`` stage) are left out (16 MB of training data for the predictor, which is shipped).
+Routing traces (the ``traces`` stage) are left out (the predictor's training data, its size in
+docs/embedded-default.md; the predictor is shipped).
 
 The identity hashes what shapes the weights: the cache format, each stage's revision and its recipe (the budget's
 fields). Not the Python version, the thread count it is loaded with or whether the build's checks were enforced,
@@ -51,7 +52,7 @@ KEEP = {
 }
 
 
-# the evaluate stage's selectors that call the expert predictor (the others' T_pred is timer noise, ~1e-4)
+# the evaluate stage's selectors that call the expert predictor (the others' T_pred is timer noise)
 PREDICTED = tuple(m.name for m in methods() if m.predictor == "learned")
 
 

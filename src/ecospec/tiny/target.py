@@ -7,50 +7,33 @@ AdamW, linear warmup then cosine decay, gradient clipping. Everything is drawn f
 seeded by ``TargetRecipe.seed``: the same recipe, data and thread count give the same weights.
 
 Why this shape: the cost regime of the real systems (docs/design.md). Decoding on a CPU costs per op, not per
-FLOP, at these sizes (~5-15 us an op, one thread), so what a forward costs is how many ops it runs; a
-target layer costs ~1.3 ms of attention, norms and router plus ~0.13-0.2 ms per unique expert of the
-per-expert loop, and the one-layer EAGLE-3 head ~1 ms per forward whatever its width. The old 4 x 128 target
-made a 3-forward draft cost 0.70 of an AR step (paper: 1.6 % for Qwen3-235B). Measured (Dec 2026, 1 thread,
-random weights, 300-token prefix): 4 x 128 AR 8.8 ms / 4-token pass 16.9 ms; 16 x 64 27-31 ms / 42-60 ms;
-12 x 64 19.8 / 39.2 ms. 16 layers was then the fewest that kept the draft under 20 % of an AR step (~5 ms against
-~30 ms). Issue 17 made our AR step leaner (inference mode, no masks for AR steps: 6.0-6.6 ms for 16 x 64), which
-put the same draft (1.5 ms: three head forwards of 0.24 ms, the 4096-way lm_head three times, tree bookkeeping) at
-23-24 % of it; 20 layers bring it back to 17-19 % (AR step 8.3 ms; `evaluate` stage 18 %). Attention: 2 heads of
-32 (1 KV head), because vLLM's CPU attention takes no head size below 32 and the build must load there as it is;
-the projections keep the shapes of the earlier 4 heads of 16. 32 experts, top-4, expert width 64: the routing
-shape other issues refer to.
+FLOP, at these sizes, so what a forward costs is how many ops it runs: a target layer costs its attention, norms
+and router plus a share per unique expert of the per-expert loop, and the one-layer EAGLE-3 head a fixed cost per
+forward whatever its width. Depth is therefore what keeps a draft a small fraction of an AR step, as in the paper's
+systems: 20 layers is the fewest that keeps a three-forward draft under a fifth of our AR step (the older, wider
+and shallower targets made drafting a large share of a step). Attention: 2 heads of 32 (1 KV head), because vLLM's
+CPU attention takes no head size below 32 and the build must load there as it is; the projections keep the shapes
+of the earlier 4 heads of 16. 32 experts, top-4, expert width 64: the routing shape other issues refer to.
 
-Rebuilt Dec 2026 (20 x 64, heads 2 x 32, coefficient 0.03, 800 steps): target 281 s on 2 threads (515 s in the
-release's build at coefficient 0.04, held-out loss 4.862: docs/embedded-default.md), held-out loss
-4.885, every expert 0.32-1.58 % of its layer's load (max 2.74x the mean), consecutive-token overlap 0.275 against
-0.146 independent; AR outputs in a loop 12 % (evaluate stage). At coefficient 0.02 the 20-layer target failed the
-routing check (layer 1: an expert at 0.04 %; layer 16: 5.02x the mean), and the 16 x 64 one with 2 x 32 heads passed
-it but looped on 88 % of the HumanEval prompts. The notes below are from the 16 x 64 model of before.
+Recipe (what was measured when each knob was chosen, and what was tried and dropped: docs/embedded-default.md,
+"How the recipe was chosen"):
 
-Recipe notes (2 CPU threads, torch 2.13, measured Nov-Dec 2026):
-
-* Budget: 800 steps of 4 x 256 tokens (0.82M tokens; 1.62 steps/s on 2 threads with the ``ecospec_sorted``
-  kernel, 499 s). Measured held-out loss: 5.04 after 650 steps, 4.99 after 700, 4.88 after 800 (the old
-  4-layer model had 2.5M tokens). Greedy quality tracks it: AR outputs on HumanEval (64 tokens) in a loop
-  of period <= 2 were 100 % of 8 prompts at 650 steps (coefficient 0.03) and 25 % at 800 (``evaluate``
-  stage). 256-token windows: attention at 512 cost a quarter of each step.
-* Balancing: the per-layer Switch loss on the micro-batch, coefficient 0.02 (every expert 0.17-1.8 % of
-  the load, max 2.8x the mean; consecutive-token routing overlap 0.27 against 0.16 independent). Tried and
-  dropped: 650 steps at coefficient 0.03 (a faster build; loss 5.04, the loops above); coefficient 0.005 /
-  0.001 (overlap 0.31 / 0.40 but against 0.20 / 0.33 independent: the load concentrates, the locality does
-  not grow; dead experts); Qwen3's global-batch balancing over the last 64 steps (overlap 0.23 / 0.26 at
-  0.02 / 0.01). At 750 steps and 0.02, layers 0-1 kept an expert below 0.1 % (the routing check fails).
-  The paper's Qwen3-235B shows 0.45 against 0.10: that locality is out of reach of a CPU-trained 16 x 64
-  model, and it bounds what cost-aware selection can save here (``reports/tiny``).
+* Budget: enough steps that most greedy outputs no longer end in a short loop (greedy quality tracks the held-out
+  loss, and fewer steps left nearly all of them looping), in a build that stays minutes long on 2 cores.
+  256-token windows: at 512, attention costs a large share of each step.
+* Balancing: the per-layer Switch loss on the micro-batch; its coefficient is the smallest at which every layer
+  passes the routing check on the machines tried. A smaller one concentrates the load without making routing more
+  local (the overlap rises, but so does the independent baseline) and leaves dead experts; Qwen3's global-batch
+  balancing gave less locality. The paper's Qwen3-235B locality is out of reach of a CPU-trained target this
+  size, and it bounds what cost-aware selection can save here (``reports/tiny``).
 * HF's ``load_balancing_loss_func`` sums expert counts and probabilities over layers before the
-  product, so it balances each expert id across layers, not each layer. With it (coefficient 0.02),
-  every layer routed all tokens to the same 4 experts after 12 steps and some experts were still dead
-  (0 % share) after 150. The per-layer loss at 0.02: every expert above 0.5 % after 480 steps.
-* Training kernel ``ecospec_sorted`` (``tiny/experts.py``): the eager per-expert loop costs 0.98 s a step
-  here, transformers' ``grouped_mm`` 0.63 s but is not run-to-run deterministic on 2 threads; the sorted
-  kernel 0.74 s and deterministic. Decoding always runs the eager loop (``components.load_trained``).
-* Thread contention: with 2 threads and one other busy process on a 2-core machine, OpenMP spin-waits
-  make steps 30-70x slower; 1 thread is not slowed this way. The trainer warns when steps slow down over 4x.
+  product, so it balances each expert id across layers, not each layer: with it, every layer routed all tokens
+  to the same few experts early on and some experts stayed dead.
+* Training kernel ``ecospec_sorted`` (``tiny/experts.py``): faster than the eager per-expert loop and
+  deterministic, which transformers' ``grouped_mm`` is not on a 2-thread CPU. Decoding always runs the eager loop
+  (``components.load_trained``).
+* Thread contention: with 2 threads and another busy process on a 2-core machine, OpenMP spin-waits make steps
+  many times slower; 1 thread is not slowed this way. The trainer warns when steps slow down over 4x.
 
 Checks on held-out data (``routing_load_stats``): per MoE layer, the share of routed (token, slot)
 pairs each expert receives. A healthy fine-grained MoE has every expert above ``min_share`` (0.1 %)
