@@ -67,7 +67,7 @@ def test_full_budget_uses_the_release_and_trains_nothing(tmp_path, monkeypatch, 
     assert model.config.num_hidden_layers == FULL.target.num_layers
     assert tiny_build.load_tiny_tokenizer(progress=False).bos_token_id == BOS_ID
     assert not list(tmp_path.glob("tiny-*")), "nothing goes into the cache"
-    from ecospec.experiment.components import tiny_weights
+    from ecospec.tiny.build import tiny_weights
 
     assert tiny_weights({"budget": "full"}) == {"source": "release", "identity": identity(FULL)}
     from ecospec.tiny.__main__ import main

@@ -1,6 +1,7 @@
-"""What a cell's config means by its components: the embedded default's stage folders (the release, or a cache build
-made first where missing), the predictor checkpoint it names, the engine and the verify-cost profile. The loading
-itself is `ecospec.components.load`, which the tiny build's stages reach with their own folders (`load_build`)."""
+"""What a cell's config means by its components: the embedded default's stage folders (`tiny.build.tiny_dirs`:
+the release, or a cache build made first where missing), the predictor checkpoint it names, the engine and the
+verify-cost profile. The loading itself is `ecospec.components.load`, which the tiny build's stages reach with
+their own folders (`load_build`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kin
 from ecospec.experiment.engines import CellEngine
 from ecospec.experiment.records import hardware
 from ecospec.methods import method as method_spec
-from ecospec.tiny.build import build, paths, recipe_identity, root_dir, source, status, version
+from ecospec.tiny.build import tiny_dirs
 
 
 @dataclass
@@ -32,26 +33,6 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
-    """The embedded default's directories: the release (checked, nothing trains) or, for another budget or
-    ECOSPEC_TINY=cache, a cache build made first where missing; `until`: an optional stage too (e.g. "gto")."""
-    budget = model.get("budget", "full")
-    if any(st["status"] != "done" for st in status(budget)["stages"].values()):
-        build(budget)  # a cache build, the first time (the full budget: tens of minutes on 2 cores)
-    if until is not None:
-        build(budget, until=until)  # a no-op once built (and for the release)
-    return paths(budget)
-
-
-def tiny_weights(model: dict) -> dict:
-    """Which embedded default a tiny cell uses: ``{"source": "release", "identity": ...}`` or the cache build's
-    version and folder."""
-    budget = model.get("budget", "full")
-    if source(budget) == "release":
-        return {"source": "release", "identity": recipe_identity(budget)}
-    return {"source": "cache", "version": version(budget), "root": str(root_dir(budget))}
 
 
 def predictor_checkpoint(model: dict, dirs_of: TinyDirs) -> str | Path | None:

@@ -57,13 +57,13 @@ def as_dict(cfg: DictConfig | Mapping) -> dict:
     }
 
 
-def job_name(cfg: DictConfig | Mapping) -> str:
+def job_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
     """A job's directory name: a cell's `cell_name`; `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`;
-    `predictor-<model>-<hash>`."""
+    `<kind>-<model>-<hash>` (`identity`: the job's `job_config` when the caller already holds it)."""
     kind = job_kind(cfg)
+    c = job_config(cfg) if identity is None else identity
     if kind == "cell":
-        return cell_name(cfg)
-    c = job_config(cfg)
+        return cell_name(cfg, c)
     if kind == "traces":
         t = c["traces"]
         part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
@@ -75,10 +75,10 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def cell_name(cfg: DictConfig | Mapping) -> str:
+def cell_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
     """Readable and unique directory name of a cell: model-method-dataset-T..-g..-d..-k..-b..-s.. plus the
     first 6 hex digits of cell_id (which also covers every other identity key, e.g. a predictor checkpoint)."""
-    c = cell_config(cfg)
+    c = cell_config(cfg) if identity is None else identity
     head = "-".join([c["model"]["name"], c["method"]["name"], c["dataset"]["name"]])
     if "backend" in c:
         head += f"-{c['backend']['name']}"

@@ -26,11 +26,11 @@ from tqdm.auto import tqdm
 from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
 from ecospec.components import load_target_and_tokenizer, local_path
 from ecospec.drafters.gto_train import GtoTraining, train_gto_head
-from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
 from ecospec.store import gto_root, stored_gto
+from ecospec.tiny.build import tiny_dirs
 
 STATE = "state.pt"
 

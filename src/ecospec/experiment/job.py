@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ecospec.experiment.components import pick_device, tiny_weights
+from ecospec.experiment.components import pick_device
 from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import (
@@ -38,6 +38,7 @@ from ecospec.identity import (
     weights_tag,
 )
 from ecospec.parallel import env_rank, env_world, init_group, world
+from ecospec.tiny.build import tiny_weights
 
 RUN_KEYS = (
     "name",
@@ -136,14 +137,15 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     d = as_dict(cfg)
     job_dir = Path(job_dir)
     kind = job_kind(d)
-    rec = kept(job_dir, d, made)
+    identity = job_config(d)  # once: the record, its name and the kept check all read it
+    rec = kept(job_dir, d, made, identity)
     if rec is not None:
         rec["skipped"] = True
         return rec
     ranks = wants_ranks(d) if kind != "predictor" else 1  # the predictor job never loads the target
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
-    record = record_head(d)
+    record = record_head(d, identity)
     weights = _weights(d) if kind in WEIGHTS_KINDS else None
     t0 = time.perf_counter()
     try:
@@ -178,11 +180,15 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     return record
 
 
-def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> dict | None:
+def kept(
+    job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None, identity: dict | None = None
+) -> dict | None:
     """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
-    still there, made with the embedded-default weights in use; one made with others is set aside), else None."""
+    still there, made with the embedded-default weights in use; one made with others is set aside), else None.
+    `identity`: the job's `job_config` when the caller holds it."""
     weights = _weights(d) if job_kind(d) in WEIGHTS_KINDS else None
-    if not is_done(job_dir, job_id(d)) or d.get("force") or (made is not None and not made(d)):
+    job = job_id(d) if identity is None else config_id(identity)
+    if not is_done(job_dir, job) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
     if rec is None:  # its sidecar is unreadable (warned): the job runs again
@@ -193,22 +199,25 @@ def kept(job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None) -> 
     return None
 
 
-def record_head(d: dict) -> dict:
-    """A new record of job `d`: what identifies it, its config and start time (status running)."""
+def record_head(d: dict, identity: dict | None = None) -> dict:
+    """A new record of job `d`: what identifies it (`identity`: its `job_config` when the caller holds it), its
+    config and start time (status running)."""
     kind = job_kind(d)
-    config = job_config(d)
+    config = job_config(d) if identity is None else identity
     record = {
         "schema": SCHEMA,
         "kind": kind,
         "cell_id": config_id(config),
-        "cell": job_name(d),
+        "cell": job_name(d, config),
         "experiment": d.get("name"),
         "status": "running",
         "config": {**config, **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
-    if kind == "cell" and d["model"].get("gamma") is not None:  # the model's own gamma: not identity, but the
-        record["config"]["model"]["gamma"] = d["model"]["gamma"]  # tables hold each model at it (report.tables)
+    if kind == "cell" and d["model"].get("gamma") is not None:
+        # the model's own gamma: not identity, but the tables hold each model at it (report.frame); a copy, so that
+        # `identity` stays what identifies the job
+        record["config"]["model"] = {**config["model"], "gamma": d["model"]["gamma"]}
     return record
 
 

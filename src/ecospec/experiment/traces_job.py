@@ -20,11 +20,11 @@ from tqdm.auto import tqdm
 from ecospec.components import load_target_and_tokenizer
 from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids
-from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
 from ecospec.predictor.traces import MANIFEST, TraceWriter, route_batch, target_meta
 from ecospec.store import traces_dir
+from ecospec.tiny.build import tiny_dirs
 
 
 def _eos_ids(target, tokenizer) -> list[int]:

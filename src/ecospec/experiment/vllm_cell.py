@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ecospec.experiment.components import tiny_dirs
 from ecospec.experiment.config import ROUTED_ON_CPU, drafter_kind
 from ecospec.experiment.job import run_job
+from ecospec.tiny.build import tiny_dirs
 from ecospec.vllm_backend.args import kv_cache_bytes, server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
 from ecospec.vllm_backend.env import vllm_cli

@@ -548,3 +548,23 @@ def load_tiny(budget: str | Budget = "full", calibrated: bool = True):
     temperature and the final expert predictor."""
     build(budget, progress=False)
     return load_build(paths(budget), calibrated=calibrated)
+
+
+def tiny_dirs(model: dict, until: str | None = None) -> dict[str, Path]:
+    """The embedded default's directories: the release (checked, nothing trains) or, for another budget or
+    ECOSPEC_TINY=cache, a cache build made first where missing; `until`: an optional stage too (e.g. "gto")."""
+    budget = model.get("budget", "full")
+    if any(st["status"] != "done" for st in status(budget)["stages"].values()):
+        build(budget)  # a cache build, the first time (the full budget: tens of minutes on 2 cores)
+    if until is not None:
+        build(budget, until=until)  # a no-op once built (and for the release)
+    return paths(budget)
+
+
+def tiny_weights(model: dict) -> dict:
+    """Which embedded default a tiny cell uses: ``{"source": "release", "identity": ...}`` or the cache build's
+    version and folder."""
+    budget = model.get("budget", "full")
+    if source(budget) == "release":
+        return {"source": "release", "identity": recipe_identity(budget)}
+    return {"source": "cache", "version": version(budget), "root": str(root_dir(budget))}
