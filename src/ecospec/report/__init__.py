@@ -32,7 +32,9 @@ from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_page, write_table
 
-FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
+# matplotlib is most of a build's time: draw the figures in a forked process while the tables are built. One: the
+# tables take longer than the figures, and each further process redoes matplotlib's warm-up (fonts, caches) in CPU.
+FIGURE_PROCESSES = 1
 
 
 def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
