@@ -30,7 +30,8 @@ C_expert = one expert's bytes / TP and C_dense = one decoder layer's attention b
 Model configs: a `conf/model` name is read from ``ecospec.conf_dir() / "model" / "<name>.yaml"`` (package data,
 so a wheel install has them), or pass the config mapping. The HF config comes from ``facts.hf_config``, else from
 the tiny preset (source random), the build budget's recipe (source tiny) or ``AutoConfig.from_pretrained(target)``
-(source hf); parameters are counted exactly on the meta device (`ecospec.models.config_moe_info`).
+(source hf); parameters are counted from its fields (`ecospec.models.param_count`, exact: its tests hold it equal to
+the model built on the meta device).
 """
 
 from __future__ import annotations
@@ -188,9 +189,9 @@ def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCos
     facts = facts_of(model)
     config = hf_config(model, facts)
     store = _storage(model, facts, storage)
-    from ecospec.models.adapters import config_moe_info  # torch + transformers: imported when first needed
+    from ecospec.models.param_count import count_params  # the ecospec.models package imports torch
 
-    info = config_moe_info(config)
+    info = count_params(config.to_dict())
     table = config.vocab_size * config.hidden_size
     tied = bool(getattr(config, "tie_word_embeddings", False))
     other = table + info.num_moe_layers * info.num_experts * config.hidden_size  # lm_head + router weights

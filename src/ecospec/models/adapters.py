@@ -11,11 +11,11 @@ stored fused in ``layer.mlp.experts`` as 3-D parameters whose first dimension is
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 
 from ecospec.families import by_class
+from ecospec.models.param_count import MoeInfo
 
 # HF class name -> (family, name of the router attribute of a MoE block)
 CLASS_FAMILIES: dict[str, tuple[str, str]] = {cls: (f.name, f.router) for cls, f in by_class().items()}
@@ -25,36 +25,6 @@ SUPPORTED_CLASSES: tuple[str, ...] = tuple(CLASS_FAMILIES)
 
 class UnsupportedModelError(ValueError):
     """The model is not one of the supported MoE causal-LM classes."""
-
-
-@dataclass(frozen=True)
-class MoeInfo:
-    family: str  # the HF model_type (`ecospec.families`)
-    num_layers: int
-    moe_layers: tuple[int, ...]  # decoder-layer indices that have a routed-expert block
-    num_experts: int  # N routed experts per MoE layer
-    top_k: int  # k experts per token
-    expert_params: int  # parameters of ONE routed expert (incl. its biases for gpt-oss)
-    shared_expert_params: int  # per MoE layer (DeepSeek shared experts), 0 otherwise
-    dense_params: int  # every parameter that is not a routed expert
-
-    @property
-    def num_moe_layers(self) -> int:
-        return len(self.moe_layers)
-
-    @property
-    def routed_params(self) -> int:
-        """All routed-expert parameters of the model."""
-        return self.expert_params * self.num_experts * len(self.moe_layers)
-
-    @property
-    def total_params(self) -> int:
-        return self.dense_params + self.routed_params
-
-    @property
-    def active_params(self) -> int:
-        """Parameters touched by one token (dense part + k routed experts per MoE layer)."""
-        return self.dense_params + self.expert_params * self.top_k * len(self.moe_layers)
 
 
 def unsupported(what: str) -> UnsupportedModelError:

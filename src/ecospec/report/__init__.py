@@ -8,9 +8,11 @@ what came from which sweeps.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import pickle
 from collections.abc import Iterable
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from ecospec.report.gamma import build_gamma
 from ecospec.report.moespec import NAME as MOESPEC
 from ecospec.report.outputs import FIGURES, remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
-from ecospec.report.records import conf_defaults, load_records, model_costs
+from ecospec.report.records import Records, conf_defaults, load_records, model_costs
 from ecospec.report.roofline import NAME as MODELED
 from ecospec.report.roofline import fit_overheads, gammas_of, modeled_cells, write_summary
 from ecospec.report.routing import build_routing
@@ -30,7 +32,9 @@ from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_page, write_table
 
-FIGURE_PROCESSES = 2  # matplotlib is most of a build's time: draw in forked processes while tables are built
+# matplotlib is most of a build's time: draw the figures in a forked process while the tables are built. One: the
+# tables take longer than the figures, and each further process redoes matplotlib's warm-up (fonts, caches) in CPU.
+FIGURE_PROCESSES = 1
 
 
 def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
@@ -84,13 +88,34 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     sources = [str(r) for r in records]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    recs = load_records(sources, since)
+    with _collector_paused():  # what loads here lives for the whole build: the collector's passes would free nothing
+        recs = load_records(sources, since)
+        costs = model_costs(recs.model_configs, recs.storages)  # first: the figures processes inherit what it loaded
+    gc.freeze()  # and later passes skip it, here and in the forked figures processes (which would copy what they scan)
+    try:
+        return _write(recs, costs, sources, out, since, started)
+    finally:
+        gc.unfreeze()
+
+
+@contextmanager
+def _collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, started: datetime) -> list[Path]:
+    """The build's outputs from its loaded records and model costs (`build`)."""
     # our engine's records (E, phase times, traces) in the paper's regime: compiled cells get their own table
     # (make demo's cells have a page of their own: in no paper table)
     hf = recs.frame[
         (recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager") & recs.frame["demo_gpu"].isna()
     ]
-    costs = model_costs(recs.model_configs, recs.storages)  # first: the figures processes inherit what it loaded
     figures_job = _start_figures(hf, out / FIGURES)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)

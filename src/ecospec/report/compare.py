@@ -109,6 +109,29 @@ def bracket(iv: tuple[float, float] | None) -> str:
     return f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
 
 
+def last_per_dataset(cells: pd.DataFrame, records: list[dict]) -> dict[str, dict]:
+    """The last of `cells` on each Dataset (as its dict in `records`, by position), in order of first appearance:
+    a benchmark's newest cell."""
+    return {d: records[i] for d, i in zip(cells["Dataset"], cells.index, strict=True) if pd.notna(d)}
+
+
+def _place_ratios(out: pd.DataFrame, keys: list[str], within: list[str], extra: list[tuple]) -> pd.DataFrame:
+    """`out` with each ratio row after the last row of its group (its methods and the paper's)."""
+    out_keys = list(out[keys].itertuples(index=False, name=None))
+    after: dict = {}
+    for key, row in extra:
+        k = tuple(model_label(v) if r == "model" else v for r, v in zip(within, key, strict=True))
+        at = [i for i, ok in zip(out.index, out_keys, strict=True) if ok == k]
+        after.setdefault(max(at) if at else out.index.max(), []).append(row)
+    order, added = [], len(out)
+    for p, i in enumerate(out.index):
+        order.append(p)
+        order += range(added, added + len(after.get(i, ())))
+        added += len(after.get(i, ()))
+    rows = [row for i in out.index for row in after.get(i, ())]
+    return pd.concat([out, pd.DataFrame(rows)], ignore_index=True).iloc[order].reset_index(drop=True)
+
+
 def with_intervals(
     table: pd.DataFrame,
     cells: pd.DataFrame,
@@ -125,15 +148,19 @@ def with_intervals(
     if table.empty or "intervals" not in cells:
         return table
     out = table.copy()
+    cells = cells.reset_index(drop=True)
+    records = cells.to_dict("records")  # a row as a dict: a Series per row costs more than its bootstrap
     shared = common_benchmarks(cells, rows) if avg else cells
+    shared_keys = list(shared[rows].itertuples(index=False, name=None))
     ours = out.index[out["Source"] == "ours"]
     bounds: dict[str, list] = {}
     if "speedup" in metrics:
         for i, (key, g) in zip(ours, cells.groupby(rows, sort=False, dropna=False), strict=True):
-            parts = [(d, h.iloc[-1]) for d, h in g.groupby("Dataset", sort=False)]
-            common = shared[shared[rows].apply(tuple, axis=1) == (key if isinstance(key, tuple) else (key,))]
+            key = key if isinstance(key, tuple) else (key,)
+            parts = list(last_per_dataset(g, records).items())
+            common = shared[[k == key for k in shared_keys]]
             if avg and len(common):
-                parts.append(("Avg", [h.iloc[-1] for _, h in common.groupby("Dataset", sort=False)]))
+                parts.append(("Avg", list(last_per_dataset(common, records).values())))
             for d, c in parts:
                 iv = mean_interval(c if isinstance(c, list) else [c], "speedup")
                 lo, hi = iv if iv else (np.nan, np.nan)
@@ -145,10 +172,11 @@ def with_intervals(
         key = key if isinstance(key, tuple) else (key,)
         for a_role, b_role in versus:
             a, b = g[g["role"] == a_role], g[g["role"] == b_role]
-            datasets = [d for d in dict.fromkeys(a["Dataset"]) if d in set(b["Dataset"])]
+            a_last, b_last = last_per_dataset(a, records), last_per_dataset(b, records)
+            datasets = [d for d in a_last if d in b_last]
             if not datasets:
                 continue
-            pairs = [(a[a["Dataset"] == d].iloc[-1], b[b["Dataset"] == d].iloc[-1]) for d in datasets]
+            pairs = [(a_last[d], b_last[d]) for d in datasets]
             row = {LABELS.get(r, r): (model_label(v) if r == "model" else v) for r, v in zip(within, key, strict=True)}
             row.update({"Method": f"{a['label'].iloc[0]} vs {b['label'].iloc[0]}", "Source": "ratio"})
             if "Benchmarks" in out:
@@ -168,17 +196,7 @@ def with_intervals(
     for col, values in bounds.items():
         out[col] = values
     if extra:
-        keys = [LABELS.get(r, r) for r in within]
-        placed = []
-        for key, row in extra:  # after the last row of its group (its methods and the paper's)
-            k = tuple(model_label(v) if r == "model" else v for r, v in zip(within, key, strict=True))
-            mask = out[keys].apply(tuple, axis=1) == k
-            placed.append((out.index[mask].max() if mask.any() else out.index.max(), row))
-        pieces = []
-        for i in out.index:
-            pieces.append(out.loc[[i]])
-            pieces += [pd.DataFrame([row]) for at, row in placed if at == i]
-        out = pd.concat(pieces, ignore_index=True)
+        out = _place_ratios(out, [LABELS.get(r, r) for r in within], within, extra)
     out = out.drop(columns=[c for c in out.columns if c.endswith(("_lo", "_hi")) and out[c].isna().all()])
     values = [c for c in out.columns if c not in LABEL_COLUMNS]
     base = [c for c in values if not c.endswith(("_lo", "_hi"))]

@@ -176,11 +176,12 @@ def _label(value) -> str:
 BOUNDS = ("_lo", "_hi")  # "<column>_lo" / "_hi": the 95 % interval of "<column>" (report.compare.with_intervals)
 
 
-def _cell(df: pd.DataFrame, c: str, i: int, ratio: bool) -> str:
-    """Row i's value of column c as printed: with its interval where the table has one ("1.38× [1.21, 1.55]"); on
-    a ratio row (method against method) as a change, "+4 % [−2, +9]", ≈ where the interval holds no change."""
-    v = df[c].iloc[i]
-    lo, hi = (df[c + b].iloc[i] if c + b in df else math.nan for b in BOUNDS)
+def _cell(columns: dict[str, list], c: str, i: int, ratio: bool) -> str:
+    """Row i's value of column c (`columns`: the frame's columns as lists) as printed: with its interval where the
+    table has one ("1.38× [1.21, 1.55]"); on a ratio row (method against method) as a change, "+4 % [−2, +9]", ≈
+    where the interval holds no change."""
+    v = columns[c][i]
+    lo, hi = (columns[c + b][i] if c + b in columns else math.nan for b in BOUNDS)
     bounded = not (pd.isna(v) or pd.isna(lo) or pd.isna(hi))
     if ratio and not pd.isna(v):
         return change(v, lo, hi) if bounded else change(v)
@@ -197,7 +198,8 @@ def display(table: Table) -> pd.DataFrame:
     labels = [c for c in df.columns if c in LABEL_COLUMNS]
     values = [c for c in df.columns if c not in labels and not c.endswith(BOUNDS)]
     ratio = (df["Source"] == "ratio").to_numpy() if "Source" in df else np.zeros(len(df), dtype=bool)
-    out = {c: [_label(v) for v in df[c]] for c in labels}
+    columns = {c: df[c].tolist() for c in df.columns}  # a list per column: pandas per cell costs more than printing
+    out = {c: [_label(v) for v in columns[c]] for c in labels}
     keep = [c for c in labels if c != "Source"]
     same = [[i > 0 and out[c][i] == out[c][i - 1] for i in range(len(df))] for c in keep]
     for j, c in enumerate(keep):  # blank a label that repeats the row above, along with every label left of it
@@ -210,11 +212,11 @@ def display(table: Table) -> pd.DataFrame:
             groups.setdefault(c.rsplit(" ", 1)[0] if " " in c else c, []).append(c)
         for head, cols in groups.items():
             name = head if " " in cols[0] else HEADERS.get(head, head)
-            out[name] = [" / ".join(_cell(df, c, i, ratio[i]) for c in cols) for i in range(len(df))]
+            out[name] = [" / ".join(_cell(columns, c, i, ratio[i]) for c in cols) for i in range(len(df))]
     else:
         for c in values:
             head = (c.rsplit(" ", 1)[0] + " " + HEADERS.get(_metric(c), _metric(c))) if " " in c else HEADERS.get(c, c)
-            out[head] = [_cell(df, c, i, ratio[i]) for i in range(len(df))]
+            out[head] = [_cell(columns, c, i, ratio[i]) for i in range(len(df))]
     return pd.DataFrame(out)
 
 

@@ -1,0 +1,123 @@
+"""Parameter counts of a supported MoE target from its HF config as a plain mapping (`PretrainedConfig.to_dict()`:
+config.json's fields with the class defaults filled in), by the families' module shapes, without building the model:
+no torch, any size. `tests/test_param_count.py` holds it equal to the count of the model built on the meta device
+(`adapters.config_moe_info`) for every family's presets and every conf/model's facts.
+
+Per decoder layer: attention (Q/K/V/O, their biases where the config sets `attention_bias`; Qwen3-MoE's q/k norms,
+GPT-OSS's per-head sinks, DeepSeek-V3's low-rank MLA projections and their norms), two RMS norms, and either a
+dense gated MLP (3 x hidden x intermediate) or a MoE block: N routed experts, the router (GPT-OSS's with a bias)
+and DeepSeek-V3's shared experts. Plus the input embedding, the final norm and the lm_head (once when tied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MoeInfo:
+    family: str  # the HF model_type (`ecospec.families`)
+    num_layers: int
+    moe_layers: tuple[int, ...]  # decoder-layer indices that have a routed-expert block
+    num_experts: int  # N routed experts per MoE layer
+    top_k: int  # k experts per token
+    expert_params: int  # parameters of ONE routed expert (incl. its biases for gpt-oss)
+    shared_expert_params: int  # per MoE layer (DeepSeek shared experts), 0 otherwise
+    dense_params: int  # every parameter that is not a routed expert
+
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.moe_layers)
+
+    @property
+    def routed_params(self) -> int:
+        """All routed-expert parameters of the model."""
+        return self.expert_params * self.num_experts * len(self.moe_layers)
+
+    @property
+    def total_params(self) -> int:
+        return self.dense_params + self.routed_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched by one token (dense part + k routed experts per MoE layer)."""
+        return self.dense_params + self.expert_params * self.top_k * len(self.moe_layers)
+
+
+# model_type -> the config keys that may hold N (config.json's name, then the name `to_dict` writes)
+EXPERTS_KEYS = {
+    "qwen3_moe": ("num_experts", "num_local_experts"),
+    "mixtral": ("num_local_experts",),
+    "gpt_oss": ("num_local_experts",),
+    "deepseek_v3": ("n_routed_experts",),
+}
+
+
+def _num_experts(c: Mapping) -> int:
+    return next(c[k] for k in EXPERTS_KEYS[c["model_type"]] if c.get(k) is not None)
+
+
+def _moe_layers(c: Mapping, n: int) -> tuple[int, ...]:
+    layers = range(c["num_hidden_layers"])
+    if c["model_type"] == "qwen3_moe":
+        step, dense = c["decoder_sparse_step"], set(c.get("mlp_only_layers") or ())
+        return tuple(i for i in layers if i not in dense and n > 0 and (i + 1) % step == 0)
+    if c["model_type"] == "deepseek_v3":
+        return tuple(i for i in layers if i >= c["first_k_dense_replace"])
+    return tuple(layers)
+
+
+def _attention(c: Mapping) -> int:
+    h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    bias = bool(c.get("attention_bias"))
+    if c["model_type"] == "deepseek_v3":
+        qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        q_lora, kv_lora = c.get("q_lora_rank"), c["kv_lora_rank"]
+        q = h * heads * qk if q_lora is None else h * q_lora + bias * q_lora + q_lora + q_lora * heads * qk
+        kv_a = h * (kv_lora + c["qk_rope_head_dim"]) + bias * (kv_lora + c["qk_rope_head_dim"]) + kv_lora
+        kv_b = kv_lora * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
+        return q + kv_a + kv_b + heads * c["v_head_dim"] * h + bias * h
+    head = c.get("head_dim") or h // heads
+    out = 2 * h * heads * head + 2 * h * kv * head + bias * (heads * head + 2 * kv * head + h)
+    if c["model_type"] == "qwen3_moe":
+        out += 2 * head  # q_norm, k_norm
+    if c["model_type"] == "gpt_oss":
+        out += heads  # sinks
+    return out
+
+
+def _expert(c: Mapping) -> int:
+    h = c["hidden_size"]
+    if c["model_type"] == "gpt_oss":
+        i = c["intermediate_size"]
+        return 3 * h * i + 2 * i + h  # gate_up and down, with their biases
+    i = c["intermediate_size"] if c["model_type"] == "mixtral" else c["moe_intermediate_size"]
+    return 3 * h * i
+
+
+def count_params(config: Mapping) -> MoeInfo:
+    """`MoeInfo` of a supported target from its HF config mapping (class defaults filled in)."""
+    c = config
+    if c.get("model_type") not in EXPERTS_KEYS:
+        raise ValueError(f"model_type {c.get('model_type')!r}: no parameter count; known: {', '.join(EXPERTS_KEYS)}")
+    h, n = c["hidden_size"], _num_experts(c)
+    moe = _moe_layers(c, n)
+    shared = 3 * h * c["moe_intermediate_size"] * c["n_shared_experts"] if c["model_type"] == "deepseek_v3" else 0
+    router = n * h + (n if c["model_type"] == "gpt_oss" else 0)
+    dense_mlp = 3 * h * c.get("intermediate_size", 0)
+    layers = c["num_hidden_layers"]
+    per_layer = _attention(c) + 2 * h
+    non_expert = layers * per_layer + len(moe) * (router + shared) + (layers - len(moe)) * dense_mlp
+    table = c["vocab_size"] * h
+    dense = non_expert + h + table * (1 if c.get("tie_word_embeddings") else 2)
+    return MoeInfo(
+        family=c["model_type"],
+        num_layers=layers,
+        moe_layers=moe,
+        num_experts=n,
+        top_k=c["num_experts_per_tok"],
+        expert_params=_expert(c),
+        shared_expert_params=shared,
+        dense_params=dense,
+    )
