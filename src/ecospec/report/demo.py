@@ -8,7 +8,6 @@ they went, after the cell or at once when its records are kept."""
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ecospec.experiment.records import RESULT
 from ecospec.report.compare import change, ratio_interval
 from ecospec.report.figures import FigureInfo
 from ecospec.report.frame import prepare
-from ecospec.report.records import find_files, read_one, records_frame
+from ecospec.report.records import load_records, read_one
 from ecospec.report.roofline import row_parts
 from ecospec.report.write import Table, to_markdown, write_table
 
@@ -62,26 +61,21 @@ class Demo:
     used: pd.DataFrame  # the records behind the rows
 
 
-def group(cell_dir: Path) -> list[tuple[dict, Path]]:
-    """The demo cell's record, then the newest ok record of each method decoded beside it (their `interleaved.in`
-    names the cell), each with its path."""
+def group(cell_dir: Path, frame: pd.DataFrame | None = None) -> tuple[dict, pd.DataFrame]:
+    """The demo cell's record, and the frame rows of the cell and of the newest ok record of each method decoded
+    beside it in the same sweep folder (their `interleaved.in` names the cell). `frame`: the records already read
+    (`make tables`); without it, the cell's sweep folder is read."""
     main_path = Path(cell_dir) / RESULT
     main = read_one(main_path)
+    sweep = main_path.resolve().parent.parent
+    frame = load_records([sweep]).frame if frame is None else frame
     listed = (main.get("interleaved") or {}).get("methods") or []
-    found: dict[str, tuple[dict, Path]] = {}
-    for path in find_files([main_path.parent.parent]):
-        if path == main_path:
-            continue
-        try:
-            rec = read_one(path)
-        except (OSError, ValueError) as e:
-            warnings.warn(f"skipping unreadable result file {path}: {e}", stacklevel=2)
-            continue
-        name = ((rec.get("config") or {}).get("method") or {}).get("name")
-        ok = rec.get("status") == "ok" and (rec.get("interleaved") or {}).get("in") == main["cell"]
-        if ok and name in listed and (name not in found or rec["finished"] > found[name][0]["finished"]):
-            found[name] = (rec, path)
-    return [(main, main_path), *found.values()]
+    near = frame[(frame["cell"] == main["cell"]) | (frame["interleaved_in"] == main["cell"])]
+    near = near[[Path(p).resolve().parent.parent == sweep for p in near["path"]]]
+    cell = near[[Path(p).resolve() == main_path.resolve() for p in near["path"]]]
+    beside = near[(near["status"] == "ok") & (near["interleaved_in"] == main["cell"]) & near["method"].isin(listed)]
+    beside = beside.sort_values("finished", kind="stable").drop_duplicates("method", keep="last")
+    return main, pd.concat([cell, beside])
 
 
 def modeled(
@@ -128,12 +122,12 @@ def method_row(cell: pd.Series, gpu: str) -> Row:
     )
 
 
-def build(cell_dir: Path, gpu: str) -> Demo:
-    """The demo's numbers from the records of the cell in `cell_dir` and of the methods interleaved in it."""
-    records = group(cell_dir)
-    main = records[0][0]
-    frame = prepare(records_frame(records).frame)  # role, label; rows in the tables' order (AR, baseline, EcoSpec)
-    cell = frame[frame["path"] == str(records[0][1])].iloc[0]
+def build(cell_dir: Path, gpu: str, records: pd.DataFrame | None = None) -> Demo:
+    """The demo's numbers from the records of the cell in `cell_dir` and of the methods interleaved in it
+    (`records`: the frame they are already in, `group`)."""
+    main, rows = group(cell_dir, records)  # the cell's own row first
+    frame = prepare(rows)  # role, label; rows in the tables' order (AR, baseline, EcoSpec)
+    cell = frame[frame["path"] == rows["path"].iloc[0]].iloc[0]
     rows = [ar_row(cell, main["summary"], gpu), *(method_row(c, gpu) for _, c in frame.iterrows())]
     by_role = {c.role: c for _, c in frame.iterrows()}
     pair = None
@@ -279,7 +273,7 @@ def for_report(frame: pd.DataFrame, out_dir: Path) -> tuple[list[Table], list[Fi
     if mains.empty:
         return [], []
     cell = mains.sort_values("finished", kind="stable").iloc[-1]
-    demo = build(Path(cell.path).parent, cell.demo_gpu)
+    demo = build(Path(cell.path).parent, cell.demo_gpu, frame)
     figure = write_figure(demo, Path(out_dir) / FIGURE)
     used = demo.used
     caption = "The demo: EcoSpec, its baseline and AR side by side (make demo)."
