@@ -84,16 +84,9 @@ def _decode_prompt(comp: CellComponents, p, cfg: dict, progress: Progress, metho
                 engine=engine,
                 selector=method["selector"],
                 predictor=predictor,
-                gamma=cfg["gamma"],
-                depth=cfg["depth"],
-                topk=cfg["topk"],
-                temperature=cfg["temperature"],
-                top_p=cfg["top_p"],
-                max_new_tokens=cfg["max_new_tokens"],
-                seed=cfg["seed"],
                 trace=not ar and trace_left > 0,
                 profile=None if ar else comp.profile,
-                **_budget(cfg, method),
+                **_decoding(cfg, method),
             )
             t1, c1 = clock_now()
             row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
@@ -146,11 +139,16 @@ def _decode_prompts(
     return rows, ar_rows
 
 
-def _budget(cfg: dict, method: dict) -> dict:
-    """generate()'s expert-budget arguments: MoE-Spec's methods only (never AR, the full target)."""
-    if not method.get("budgeted"):
-        return {}
-    return {"expert_budget": cfg["expert_budget"], "budget_policy": cfg.get("budget_policy") or "truncate"}
+DECODING = ("gamma", "depth", "topk", "temperature", "top_p", "max_new_tokens", "seed")  # the cell's, as generate takes
+
+
+def _decoding(cfg: dict, method: dict) -> dict:
+    """generate()'s and generate_batch()'s decoding arguments from the cell's config, with the expert budget of
+    MoE-Spec's methods (never AR, the full target)."""
+    out = {k: cfg[k] for k in DECODING}
+    if method.get("budgeted"):
+        out.update(expert_budget=cfg["expert_budget"], budget_policy=cfg.get("budget_policy") or "truncate")
+    return out
 
 
 def batch_schedule(prompts, size: int):
@@ -192,16 +190,9 @@ def _decode_batch(
         drafter=None if ar else comp.drafter,
         selector=method["selector"],
         predictor=None if ar else comp.predictor,
-        gamma=cfg["gamma"],
-        depth=cfg["depth"],
-        topk=cfg["topk"],
-        temperature=cfg["temperature"],
-        top_p=cfg["top_p"],
-        max_new_tokens=cfg["max_new_tokens"],
-        seed=cfg["seed"],
         trace=not ar and trace_left > 0,
         batch_buffer=cfg.get("batch_buffer") or "sequence",
-        **_budget(cfg, method),
+        **_decoding(cfg, method),
     )
     t1, c1 = clock_now()
     brow = batch_row(n, keys, res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
