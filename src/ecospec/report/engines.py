@@ -6,9 +6,8 @@
 
 from __future__ import annotations
 
-from ecospec.report.engines_page import NAME, from_frame, page
+from ecospec.report.engines_page import from_frame, page
 from ecospec.report.records import render_cli
-from ecospec.report.write import page_markdown
 
 
 def main(argv=None) -> int:
@@ -16,8 +15,7 @@ def main(argv=None) -> int:
         "python -m ecospec.report.engines",
         __doc__,
         "experiments/engines",
-        f"{NAME}.md",
-        lambda frame: page_markdown(page(from_frame(frame))),
+        lambda frame: page(from_frame(frame)),
         argv,
     )
 

@@ -6,9 +6,8 @@ to `--out` when given.
 
 from __future__ import annotations
 
-from ecospec.report.moe_methods_page import NAME, from_frame, page
+from ecospec.report.moe_methods_page import from_frame, page
 from ecospec.report.records import render_cli
-from ecospec.report.write import page_markdown
 
 
 def main(argv=None) -> int:
@@ -16,8 +15,7 @@ def main(argv=None) -> int:
         "python -m ecospec.report.moe_methods",
         __doc__,
         "experiments/moe_methods",
-        f"{NAME}.md",
-        lambda frame: page_markdown(page(from_frame(frame))),
+        lambda frame: page(from_frame(frame)),
         argv,
     )
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.experiment.records import RESULT, SCHEMA, load_record
+from ecospec.report.write import page_markdown, write_page
 
 AXES = (
     "temperature",
@@ -355,18 +356,17 @@ def mean_positions(values, depth: int = 5) -> list[float]:
     return [float(np.mean([r[i] for r in rows if len(r) > i])) for i in range(min(depth, max(map(len, rows))))]
 
 
-def render_cli(prog: str, doc: str, records: str, name: str, render, argv=None) -> int:
-    """The command line of a one-page report (`report.engines`, `report.moe_methods`): `render(frame)` of the
-    records under `--records`, printed, and written to `--out`/`name` when given."""
+def render_cli(prog: str, doc: str, records: str, build_page, argv=None) -> int:
+    """The command line of a one-page report (`report.engines`, `report.moe_methods`): the page `build_page(frame)`
+    makes of the records under `--records`, printed, and written to `--out` by the report's writer when given."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     p.add_argument("--records", type=Path, default=Path(records))
-    p.add_argument("--out", type=Path, default=None, help=f"write {name} there (else print)")
+    p.add_argument("--out", type=Path, default=None, help="write the page there (else print)")
     a = p.parse_args(argv)
-    text = render(load_records([a.records]).frame)
+    page = build_page(load_records([a.records]).frame)
     if a.out:
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / name).write_text(text)
-    print(text)
+        write_page(page, a.out)
+    print(page_markdown(page))
     return 0
