@@ -662,14 +662,17 @@ def profile_key(model: str, engine: str, dtype: str, processor: str) -> str:
 
 def fit_verify(records: Iterable[Mapping], layers: int) -> tuple[float, float, float, float, int]:
     """Least squares t_pass = intercept + per_token · tokens + per_expert_layer · E · layers over `verify_latency`
-    records of one implementation (the AR pass enters at γ = 1, E = k); returns the three coefficients, R² and the
-    number of points. The records' passes cover `layers` MoE layers."""
+    records of one implementation (the AR pass enters at γ = 1, E = k), each coefficient held >= 0 (a token or an
+    expert more never makes a pass cheaper; noise in a few timed points could tilt a free fit so); returns the three
+    coefficients, R² and the number of points. The records' passes cover `layers` MoE layers."""
+    from scipy.optimize import nnls
+
     rows = [r for r in records if r.get("status", "ok") == "ok"]
     if len({(r["gamma"], r["E"]) for r in rows}) < 3:
         raise ValueError("a verify profile needs at least three distinct (tokens, E) points")
     x = np.array([[1.0, r["gamma"], r["E"] * layers] for r in rows])
     y = np.array([r["t_pass_s"] for r in rows])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    coef, _ = nnls(x, y)
     pred = x @ coef
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
