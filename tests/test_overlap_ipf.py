@@ -262,6 +262,15 @@ def test_compare_groups_against_scipy_and_labels():
     pooled_sd = np.sqrt((799 * a.var(ddof=1) + 299 * b.var(ddof=1)) / 1098)
     assert r.cohen_d == pytest.approx((a.mean() - b.mean()) / pooled_sd)
     assert r.p_value == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+    for n_a, n_b in [
+        (2, 3),
+        (17, 40),
+        (300, 9),
+    ]:  # scipy's value to the last bit: the report's csv files print it whole
+        x, y = rng.normal(0, rng.uniform(0.1, 2), n_a), rng.normal(0.3, rng.uniform(0.1, 2), n_b)
+        assert compare_groups(x, y).p_value == sps.ttest_ind(x, y, equal_var=False).pvalue
+    assert compare_groups([1.0, 1.0], [2.0, 2.0]).p_value == 0.0
+    assert np.isnan(compare_groups([1.0, 1.0], [1.0, 1.0]).p_value)
     base = np.array([-1.0, 1.0])  # SD √2 with ddof = 1
     for d, label in [(0.0, "negligible"), (-0.19, "negligible"), (-0.26, "small"), (0.6, "medium"), (-0.8, "large")]:
         shifted = compare_groups(base + d * np.sqrt(2), base)

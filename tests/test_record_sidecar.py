@@ -16,6 +16,7 @@ from ecospec.experiment.records import (
     RESULT,
     ROW_KEYS,
     load_record,
+    pack_load,
     read_record,
     rows_path,
     write_record_file,
@@ -53,7 +54,31 @@ def test_a_record_round_trips_through_its_sidecar(recs, tmp_path):
     assert summary_only == {k: v for k, v in _as_json(rec).items() if k not in ROW_KEYS}
     some = load_record(tmp_path / RESULT, parts=("expert_load", "trace"), arrays=True)
     assert some["trace"] == _as_json(rec)["trace"] and "prompts" not in some and "ar_prompts" not in some
-    assert some["expert_load"].dtype == np.int64 and some["expert_load"].tolist() == rec["expert_load"]
+    assert some["expert_load"].dtype == np.int32 and some["expert_load"].tolist() == rec["expert_load"]
+
+
+def test_the_expert_load_is_packed_and_a_listed_one_still_reads(recs, tmp_path):
+    rec = _traced(recs)
+    write_record(tmp_path, rec)
+    side = rows_path(tmp_path / RESULT)
+    lines = side.read_text().splitlines()
+    packed = json.loads(next(line for line in lines if line.startswith('{"expert_load":')))["expert_load"]
+    assert packed["dtype"] == "<i4" and packed["shape"] == list(np.shape(rec["expert_load"]))
+    # the sidecar as records were first written (the load as JSON lists) reads the same, in both forms
+    listed = [
+        json.dumps({"expert_load": rec["expert_load"]}, separators=(",", ":")) if '"expert_load"' in line[:16] else line
+        for line in lines
+    ]
+    side.write_text("\n".join(listed) + "\n")
+    assert load_record(tmp_path / RESULT) == _as_json(rec)
+    assert (
+        load_record(tmp_path / RESULT, parts=("expert_load",), arrays=True)["expert_load"].tolist()
+        == rec["expert_load"]
+    )
+    big = [[2**40, 1], [0, 3]]  # a count past int32 packs as int64
+    assert pack_load(big)["dtype"] == "<i8" and pack_load([]) == [] and pack_load([[1], [2, 3]]) == [[1], [2, 3]]
+    write_record_file(tmp_path / "x.json", {**_as_json(rec), "expert_load": big})
+    assert load_record(tmp_path / "x.json")["expert_load"] == big
 
 
 def test_a_record_from_before_the_sidecar_reads_the_same(recs, tmp_path):
@@ -102,6 +127,8 @@ def test_a_bad_sidecar_is_one_error_naming_it(recs, tmp_path):
     bad = {
         "cut short": good[: len(good) // 2],
         "corrupt": good.replace('"trace":[', '"trace":[x', 1),
+        "a corrupt packed load": good.replace('"base64":"', '"base64":"!', 1),
+        "a packed load of another shape": good.replace('"shape":[', '"shape":[3,', 1),
         "another record's": rows_path(other / RESULT).read_text(),
         "missing": None,
     }

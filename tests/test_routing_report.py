@@ -293,8 +293,8 @@ def test_vllm_routes_are_a_source_of_their_own_beside_our_traces(recs):
 
 
 def test_tiny_build_traces_are_a_corpus_source(recs, tmp_path, monkeypatch):
-    from ecospec.predictor.traces import FORMAT
-    from ecospec.tiny.build import ENV_SOURCE, paths
+    from ecospec.predictor.trace_files import FORMAT
+    from ecospec.tiny.stages import ENV_SOURCE, paths
 
     monkeypatch.setenv(ENV_SOURCE, "cache")  # a cache build's traces (the release ships none, and is never written)
     folder = paths("full")["traces"]  # under the test's ECOSPEC_CACHE

@@ -220,7 +220,7 @@ def test_requeued_traces_task_continues_without_duplicates(slurm_cluster, tmp_pa
     (record,) = [json.loads(p.read_text()) for p in (out / "traces").rglob("result.json")]
     assert record["status"] == "ok" and record["summary"]["resumed_samples"] >= before >= 4
     from ecospec.data import load_prompts
-    from ecospec.predictor.traces import load_traces
+    from ecospec.predictor.trace_files import load_traces
 
     assert load_traces(found[0].parent).ids == [p.id for p in load_prompts("humaneval", 100)]  # once each, in order
 

@@ -5,12 +5,14 @@ import json
 import math
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import ecospec
+from ecospec.cache import cache_root
 from ecospec.data import humaneval_prompts
 from ecospec.models import tiny_model
 from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
@@ -24,6 +26,7 @@ from ecospec.tiny.corpus import (
     train_tokenizer,
 )
 from ecospec.tiny.drafter import stream_windows
+from ecospec.tiny.stages import StageSpec
 from ecospec.tiny.target import (
     TargetRecipe,
     check_routing,
@@ -222,7 +225,8 @@ def test_eval_batches_spread():
 def _check_generated_windows(target, stream):
     """The GTO stage's texts: seeded train-split prompts, each continued by the target's greedy choice (checked
     by one teacher-forced forward: every continuation token is the argmax, end-of-text aside, up to float noise)."""
-    from ecospec.tiny.gto import GtoRecipe, generated_windows
+    from ecospec.tiny.budgets import GtoRecipe
+    from ecospec.tiny.gto import generated_windows
 
     r = GtoRecipe(seq_len=24, prompt_len=8, train_windows=5, gen_batch=2)
     texts = generated_windows(target, stream, r)
@@ -302,7 +306,7 @@ def test_build_stage_failure_leaves_nothing(tmp_path, monkeypatch):
         (ctx.out / "partial").write_text("x")
         raise RuntimeError("stage failed")
 
-    stages = [tiny_build.STAGES[0], tiny_build.Stage("broken", fail)]
+    stages = [tiny_build.STAGES[0], tiny_build.Stage(StageSpec("broken"), fail)]
     monkeypatch.setattr(tiny_build, "STAGES", stages)
     with pytest.raises(RuntimeError, match="stage failed"):
         tiny_build.build("micro", progress=False, threads=1)
@@ -313,7 +317,7 @@ def test_build_stage_failure_leaves_nothing(tmp_path, monkeypatch):
 
 def test_budgets_and_versions(monkeypatch, tmp_path):
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
-    assert tiny_build.cache_root() == tmp_path
+    assert cache_root() == tmp_path
     versions = {tiny_build.version(name) for name in BUDGETS}
     assert len(versions) == len(BUDGETS)
     assert tiny_build.version("full") == tiny_build.version(Budget("full"))
@@ -321,7 +325,7 @@ def test_budgets_and_versions(monkeypatch, tmp_path):
     assert tiny_build.version(replace(BUDGETS["full"], target=replace(full, steps=1))) != tiny_build.version("full")
     assert full.num_experts >= 32 and full.top_k >= 4 and full.num_layers >= 4
     monkeypatch.delenv("ECOSPEC_CACHE")
-    assert tiny_build.cache_root() == tiny_build.Path.home() / ".cache" / "ecospec"
+    assert cache_root() == Path.home() / ".cache" / "ecospec"
     with pytest.raises(ValueError, match="unknown budget"):
         get_budget("huge")
 

@@ -12,6 +12,7 @@ from ecospec.tiny import release
 from ecospec.tiny.budgets import BUDGETS, Budget
 from ecospec.tiny.corpus import BOS_ID
 from ecospec.tiny.layout import MANIFEST, RELEASE_DIR
+from ecospec.tiny.stages import ENV_SOURCE
 
 tiny_build = importlib.import_module("ecospec.tiny.build")
 identity = tiny_build.recipe_identity
@@ -50,7 +51,7 @@ def test_committed_release_is_whole_small_and_names_no_machine():
 
 def test_full_budget_uses_the_release_and_trains_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
-    monkeypatch.delenv(tiny_build.ENV_SOURCE, raising=False)
+    monkeypatch.delenv(ENV_SOURCE, raising=False)
 
     def boom(*args, **kwargs):
         raise AssertionError("trained although the release is in use")
@@ -151,7 +152,7 @@ def test_traces_are_built_on_top_of_the_release_on_first_use(tmp_path, monkeypat
     from ecospec.report.routing_data import corpus_routes
 
     monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
-    monkeypatch.delenv(tiny_build.ENV_SOURCE, raising=False)
+    monkeypatch.delenv(ENV_SOURCE, raising=False)
     folder = tiny_build.paths("full")["traces"]
     assert folder == tmp_path / f"tiny-release-{identity(FULL)}" / "traces" and not folder.exists()
     routes, n_experts = corpus_routes({"name": "tiny", "source": "tiny", "budget": "full"})

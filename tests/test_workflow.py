@@ -22,7 +22,8 @@ from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids, is_heldout, select_split
 from ecospec.experiment.config import ConfigError, job_name, validate, validate_job
 from ecospec.experiment.records import read_record
-from ecospec.predictor.traces import load_traces, route_batch
+from ecospec.predictor.trace_files import load_traces
+from ecospec.predictor.traces import route_batch
 from ecospec.store import predictor_root, stored_predictor, traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,9 +31,9 @@ def _value(field_type: str, text: str):
 
 
 def train(out: Path, name: str, overrides: list[str], threads: int) -> None:
-    from ecospec.tiny.budgets import get_budget
+    from ecospec.tiny.budgets import GtoRecipe, get_budget
     from ecospec.tiny.build import Context, build, paths
-    from ecospec.tiny.gto import GtoRecipe, gto_stage
+    from ecospec.tiny.gto import gto_stage
 
     build("full", until="predictor")
     types = {f.name: f.type for f in fields(GtoRecipe)}

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 import numpy as np
+from scipy.special import stdtrit
 
 RESAMPLES = 2000
 LEVEL = 0.95
@@ -90,10 +91,8 @@ def bootstrap(
 
 
 def t_quantile(q: float, df: int) -> float:
-    """Student's t quantile (scipy's; imported here so that the module loads without it until needed)."""
-    from scipy.stats import t
-
-    return float(t.ppf(q, df))
+    """Student's t quantile (`scipy.special.stdtrit`, the inverse of the t CDF that `scipy.stats.t.ppf` calls)."""
+    return float(stdtrit(df, q))
 
 
 # -------------------------------------------------------------------------------------------- statistics

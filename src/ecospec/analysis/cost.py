@@ -46,6 +46,8 @@ import numpy as np
 
 from ecospec import conf_dir
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.models.param_count import count_params, counts_complete, dense_decoder_params, head_dim, moe_layer_params
+from ecospec.tiny.budgets import get_budget
 
 # storage format -> (bytes per value, default values per scale, bytes per scale)
 FORMATS: dict[str, tuple[float, int, int]] = {
@@ -127,6 +129,19 @@ def facts_of(model: Mapping) -> dict:
     return (load_model_config(model["name"]).get("facts") or {}) if path.exists() else {}
 
 
+def config_mapping(model: Mapping, facts: Mapping) -> dict:
+    """The target's HF config as a plain mapping (`PretrainedConfig.to_dict()`'s fields), without transformers
+    where it is complete as written: `facts.hf_config` when it names every field the count reads (config.json may
+    leave class defaults out), or the tiny recipe's arguments; `hf_config(...).to_dict()` otherwise."""
+    written = facts.get("hf_config")
+    if written and counts_complete(written):
+        return dict(written)
+    if not written and model.get("source") == "tiny":
+        budget = get_budget(model.get("budget", "full"))
+        return budget.target.hf_config(budget.corpus.vocab_size)
+    return hf_config(model, facts).to_dict()
+
+
 def hf_config(model: Mapping, facts: Mapping):
     """The target's transformers config from a conf/model mapping and its `facts` (no weights, no download where
     facts or the tiny recipe have it)."""
@@ -142,7 +157,6 @@ def hf_config(model: Mapping, facts: Mapping):
 
         return tiny_config(model["preset"], vocab_size=VOCAB_SIZE)
     if source == "tiny":  # the requested BPE vocab: a build's tokenizer fills it on the full-size corpus
-        from ecospec.tiny.budgets import get_budget
         from ecospec.tiny.target import target_config
 
         budget = get_budget(model.get("budget", "full"))
@@ -187,14 +201,12 @@ def model_cost(model: str | Mapping, storage: Mapping | None = None) -> ModelCos
     ({experts, dense[, other]} formats) replaces the config's `facts.storage`."""
     model = load_model_config(model) if isinstance(model, str) else model
     facts = facts_of(model)
-    config = hf_config(model, facts)
+    config = config_mapping(model, facts)
     store = _storage(model, facts, storage)
-    from ecospec.models.param_count import count_params  # the ecospec.models package imports torch
-
-    info = count_params(config.to_dict())
-    table = config.vocab_size * config.hidden_size
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    other = table + info.num_moe_layers * info.num_experts * config.hidden_size  # lm_head + router weights
+    info = count_params(config)
+    table = config["vocab_size"] * config["hidden_size"]
+    tied = bool(config.get("tie_word_embeddings"))
+    other = table + info.num_moe_layers * info.num_experts * config["hidden_size"]  # lm_head + router weights
     embedding = 0 if tied else table
     rest = info.dense_params - embedding - other  # attention, dense MLPs, shared experts, norms, biases
     return ModelCost(
@@ -292,25 +304,36 @@ def eagle3_head_bytes(shape: Mapping, storage: str = "bf16") -> tuple[float, flo
     return expert_bytes(fc + later, storage), expert_bytes(later, storage)
 
 
-def derived_eagle3_shape(hf) -> dict:
+def derived_eagle3_shape(config: Mapping) -> dict:
     """An EAGLE-3 head's shape where its own is not at hand: one decoder layer at the target's hidden size, heads
-    and dense MLP width, an fc over three hidden states, an lm_head over `EAGLE3_DRAFT_VOCAB` (derived, labelled so)."""
-    heads = hf.num_attention_heads
+    and dense MLP width, an fc over three hidden states, an lm_head over `EAGLE3_DRAFT_VOCAB` (derived, labelled so).
+    `config`: the target's HF config mapping (`config_mapping`)."""
+    h, heads = config["hidden_size"], config["num_attention_heads"]
     return {
-        "hidden_size": hf.hidden_size,
-        "intermediate_size": hf.intermediate_size,
+        "hidden_size": h,
+        "intermediate_size": config["intermediate_size"],
         "num_attention_heads": heads,
-        "num_key_value_heads": getattr(hf, "num_key_value_heads", None) or heads,
-        "head_dim": getattr(hf, "head_dim", None) or hf.hidden_size // heads,
-        "draft_vocab_size": min(EAGLE3_DRAFT_VOCAB, hf.vocab_size),
-        "target_hidden_size": hf.hidden_size,
+        "num_key_value_heads": config.get("num_key_value_heads") or heads,
+        "head_dim": head_dim(config),
+        "draft_vocab_size": min(EAGLE3_DRAFT_VOCAB, config["vocab_size"]),
+        "target_hidden_size": h,
     }
 
 
 def _lm_bytes(hf_config: Mapping, storage: str, extra: float = 0.0, lm_head: bool = True) -> float:
-    """Bytes one pass of a dense decoder (a draft LM, a predictor's backbone) reads: its layers and final norm
-    (counted on the meta device), its lm_head if `lm_head` (tied or not, read once), plus `extra` parameters, at
-    `storage`; the input embedding is gathered by rows and not counted."""
+    """Bytes one pass of a dense decoder (a draft LM, a predictor's backbone) reads: its layers and final norm, its
+    lm_head if `lm_head` (tied or not, read once), plus `extra` parameters, at `storage`; the input embedding is
+    gathered by rows and not counted. Counted from the config (`param_count.dense_decoder_params`), else on the meta
+    device."""
+    params = dense_decoder_params(hf_config)
+    if params is None:
+        params = _meta_decoder_params(hf_config)
+    if lm_head:
+        params += hf_config["vocab_size"] * hf_config["hidden_size"]
+    return expert_bytes(params + extra, storage)
+
+
+def _meta_decoder_params(hf_config: Mapping) -> int:
     import torch
     from transformers import AutoConfig, AutoModel
     from transformers.initialization import no_init_weights
@@ -320,27 +343,19 @@ def _lm_bytes(hf_config: Mapping, storage: str, extra: float = 0.0, lm_head: boo
     config._attn_implementation = "eager"
     with torch.device("meta"), no_init_weights():
         base = AutoModel.from_config(config)
-    params = sum(p.numel() for n, p in base.named_parameters() if "embed_tokens" not in n)
-    if lm_head:
-        params += config.vocab_size * config.hidden_size
-    return expert_bytes(params + extra, storage)
+    return sum(p.numel() for n, p in base.named_parameters() if "embed_tokens" not in n)
 
 
 def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
     """One pass of DeepSeek's MTP module: one MoE decoder layer of the target (its non-expert part and one token's
     k routed experts), eh_proj over [embedding, hidden] and the shared lm_head (derived from the target's facts)."""
-    from ecospec.models.adapters import meta_model
-
-    hf = hf_config(model, facts_of(model))
-    one = hf.__class__(**{**hf.to_dict(), "num_hidden_layers": 1, "first_k_dense_replace": 0})
-    layer = meta_model(one).model.layers[0]
-    experts = c.expert_params * c.num_experts
-    rest = sum(p.numel() for p in layer.parameters()) - experts
-    h = hf.hidden_size
+    config = config_mapping(model, facts_of(model))
+    rest = moe_layer_params(config)
+    h = config["hidden_size"]
     return (
         expert_bytes(rest + 2 * h * h + 2 * h, c.storage["dense"])
         + c.top_k * c.expert_bytes
-        + expert_bytes(hf.vocab_size * h, c.storage["other"])
+        + expert_bytes(config["vocab_size"] * h, c.storage["other"])
     )
 
 
@@ -368,7 +383,7 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
         if isinstance(given, Mapping):
             first, later = eagle3_head_bytes(given, given.get("storage", "bf16"))
             return first, later, "facts"
-        shape = derived_eagle3_shape(hf_config(model, facts))
+        shape = derived_eagle3_shape(config_mapping(model, facts))
         return (*eagle3_head_bytes(shape, model_cost(model).storage["other"]), "derived from the target's facts")
     if drafter == "mtp":
         b = _mtp_bytes(model, model_cost(model))
@@ -399,9 +414,9 @@ def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:
         raise ValueError(
             f"model {model.get('name')!r}: facts.predictor_backbone has no shape of the predictor's backbone"
         )
-    c, hf = model_cost(model), hf_config(model, facts)
+    c, target = model_cost(model), config_mapping(model, facts)
     hidden = backbone["hidden_size"]
-    extra = hf.hidden_size * hidden + hidden + (hidden + 1) * c.moe_layers * c.num_experts  # projection and head
+    extra = target["hidden_size"] * hidden + hidden + (hidden + 1) * c.moe_layers * c.num_experts  # projection and head
     shape = {k: v for k, v in backbone.items() if k != "storage"}
     return _lm_bytes(shape, backbone.get("storage", "bf16"), extra, lm_head=False), "facts"
 

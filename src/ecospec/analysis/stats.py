@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtr
 
 # Cohen's thresholds: |d| below each bound gets its label
 _SIZES = ((0.2, "negligible"), (0.5, "small"), (0.8, "medium"), (np.inf, "large"))
@@ -37,8 +37,26 @@ def compare_groups(a, b) -> GroupComparison:
     delta = float(a.mean() - b.mean())
     pooled_var = ((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2)
     d = delta / np.sqrt(pooled_var) if pooled_var > 0 else float("nan")
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return GroupComparison(delta, float(d), p, size_label(d), int(a.size), int(b.size))
+    return GroupComparison(delta, float(d), welch_p(a, b), size_label(d), int(a.size), int(b.size))
+
+
+def welch_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Welch's two-sided t-test p-value (unequal variances, Welch-Satterthwaite degrees of freedom): the steps of
+    `scipy.stats.ttest_ind(a, b, equal_var=False)`, to the last bit, through `scipy.special.stdtr`, whose import
+    costs a fraction of `scipy.stats`'s. nan when both samples are constant and equal, 0 when constant and
+    different."""
+    vn_a, vn_b = _sample_var(a) / a.size, _sample_var(b) / b.size
+    diff = a.mean() - b.mean()
+    if vn_a + vn_b == 0:
+        return float("nan") if diff == 0 else 0.0
+    df = (vn_a + vn_b) ** 2 / (vn_a**2 / (a.size - 1) + vn_b**2 / (b.size - 1))
+    t = diff / np.sqrt(vn_a + vn_b)
+    return float(2 * stdtr(df, -abs(t)))
+
+
+def _sample_var(x: np.ndarray) -> float:
+    """The unbiased variance as scipy computes it (the mean squared deviation, then n / (n − 1))."""
+    return np.mean((x - x.mean()) ** 2) * (x.size / (x.size - 1))
 
 
 def size_label(d: float) -> str:

@@ -24,7 +24,7 @@ from ecospec.components import load_target_and_tokenizer
 from ecospec.data.split import is_heldout
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
-from ecospec.predictor.traces import MANIFEST, Traces, load_traces
+from ecospec.predictor.trace_files import MANIFEST, Traces, load_traces
 from ecospec.predictor.train import PredictorTraining, train_expert_predictor
 from ecospec.store import predictor_root, stored_predictor, traces_root
 from ecospec.tiny.build import tiny_dirs

@@ -4,14 +4,17 @@ progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell cont
 A record's bulky parts (`ROW_KEYS`: per-prompt rows, expert loads, traces) live in a sidecar beside it,
 `result.rows.jsonl`, so that a reader of the summary never reads them: its first line names the record it belongs
 to and the parts it holds, then one line per part, `{"<key>":<value>}`, in `ROW_KEYS` order (the parts the report
-reads come first). `result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
+reads come first); the expert load is packed (`pack_load`: little-endian integers in base64, read without parsing
+thousands of numbers). `result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
 written before the sidecar, with every part inside `result.json`, read the same."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform
+import re
 import secrets
 import socket
 import subprocess
@@ -72,11 +75,59 @@ def write_record_file(path: Path, record: dict) -> None:
         f.write(json.dumps({"record": link["id"], "keys": parts}) + "\n")
         for k in parts:
             f.write(f'{{"{k}":')
-            json.dump(record[k], f, separators=(",", ":"))
+            json.dump(pack_load(record[k]) if k == "expert_load" else record[k], f, separators=(",", ":"))
             f.write("}\n")
 
     write_file(rows_path(path), write, text=True)
     write_json_atomic(path, {**{k: v for k, v in record.items() if k not in parts}, "rows": link})
+
+
+PACKED_DTYPES = ("<i4", "<i8")
+
+
+def pack_load(load) -> dict | list:
+    """An expert load ([MoE layers][N] counts) as ``{"dtype", "shape", "base64"}``: little-endian int32 (int64 where
+    a count needs it) in base64. An empty or ragged load stays a JSON list."""
+    try:
+        a = np.asarray(load, dtype=np.int64)
+    except (TypeError, ValueError):
+        return load
+    if a.ndim != 2 or a.size == 0:
+        return load
+    dtype = PACKED_DTYPES[0] if -(2**31) <= a.min() and a.max() < 2**31 else PACKED_DTYPES[1]
+    return {"dtype": dtype, "shape": list(a.shape), "base64": base64.b64encode(a.astype(dtype).tobytes()).decode()}
+
+
+def unpack_load(value: dict) -> np.ndarray:
+    """`pack_load`'s form back as an integer array (int32 or int64, as packed; read-only: it shares the decoded
+    bytes); ValueError when it is not one."""
+    try:
+        return _unpacked(value["dtype"], value["shape"], value["base64"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"expert_load is not a packed [MoE layers][N] matrix ({e})") from None
+
+
+def _unpacked(dtype: str, shape, data: str | bytes) -> np.ndarray:
+    if dtype not in PACKED_DTYPES:
+        raise ValueError(f"dtype {dtype!r}")
+    return np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype).reshape([int(n) for n in shape])
+
+
+# the packed line as `pack_load` and json.dump write it: its fields found without parsing the base64 as JSON
+PACKED = re.compile(rb'\{"dtype":"([^"]*)","shape":\[([0-9,]*)\],"base64":"([^"]*)"\}')
+
+
+def _load_part(text: bytes, arrays: bool):
+    """The expert load of a sidecar line: packed (`pack_load`) or, in records written before, a JSON list of
+    lists; an integer array (None when empty) with `arrays`, else lists."""
+    if text.startswith(b"{"):
+        m = PACKED.fullmatch(text)
+        try:
+            load = _unpacked(m[1].decode(), m[2].split(b","), m[3]) if m else unpack_load(json.loads(text))
+        except ValueError as e:
+            raise ValueError(f"expert_load is not a packed [MoE layers][N] matrix ({e})") from None
+        return load if arrays else load.tolist()
+    return _int_matrix(text) if arrays else json.loads(text)
 
 
 def _int_matrix(text: bytes) -> np.ndarray | None:
@@ -112,7 +163,7 @@ def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) ->
                     raise ValueError("a line is not one of its parts (cut short?)")
                 if key in wanted:
                     text = line[len(key) + 4 : -2]
-                    out[key] = _int_matrix(text) if arrays and key == "expert_load" else json.loads(text)
+                    out[key] = _load_part(text, arrays) if key == "expert_load" else json.loads(text)
                     wanted.remove(key)
     except (OSError, ValueError) as e:
         raise ValueError(f"corrupt or missing record sidecar {side}: {e}") from None
@@ -122,8 +173,9 @@ def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) ->
 def load_record(path: Path, parts: bool | Collection[str] = True, arrays: bool = False) -> dict:
     """The record in `path` as one dict, its sidecar merged back: with every part (`parts=True`), none (False: the
     summary, config, env and status) or the named ones (the others left out, in either format); `arrays`: the
-    expert load as an int64 array (None when empty). ValueError naming the file when it is unreadable or not a
-    schema record, or naming its sidecar when that is missing, another record's, cut short or corrupt."""
+    expert load as an integer array (int32 or int64 as stored; None when empty). ValueError naming the file when it
+    is unreadable or not a schema record, or naming its sidecar when that is missing, another record's, cut short or
+    corrupt."""
     path = str(path)
     try:
         with open(path, "rb") as f:

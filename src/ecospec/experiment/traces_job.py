@@ -22,7 +22,8 @@ from ecospec.data import encode_turn, load_prompts
 from ecospec.data.split import heldout_ids
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
-from ecospec.predictor.traces import MANIFEST, TraceWriter, route_batch, target_meta
+from ecospec.predictor.trace_files import MANIFEST
+from ecospec.predictor.traces import TraceWriter, route_batch, target_meta
 from ecospec.store import traces_dir
 from ecospec.tiny.build import tiny_dirs
 

@@ -1,27 +1,21 @@
-"""Supported MoE targets: family adapters, tiny presets, loading."""
+"""Supported MoE targets: family adapters, tiny presets, loading. The names below load torch and transformers on
+first use, so that `models.param_count` and `models.presets` (plain counting and data) import without them."""
 
-from ecospec.models.adapters import (
-    SUPPORTED_CLASSES,
-    MoeInfo,
-    UnsupportedModelError,
-    config_moe_info,
-    moe_info,
-    routers,
-)
-from ecospec.models.loading import TINY_INIT_STD, load_target, perturbed_copy, tiny_config, tiny_model
-from ecospec.models.presets import PRESETS
+from ecospec.lazy import lazy_attributes
 
-__all__ = [
-    "PRESETS",
-    "SUPPORTED_CLASSES",
-    "TINY_INIT_STD",
-    "MoeInfo",
-    "UnsupportedModelError",
-    "config_moe_info",
-    "load_target",
-    "moe_info",
-    "perturbed_copy",
-    "routers",
-    "tiny_config",
-    "tiny_model",
-]
+LAZY = {
+    "ecospec.models.adapters": (
+        "SUPPORTED_CLASSES",
+        "MoeInfo",
+        "UnsupportedModelError",
+        "config_moe_info",
+        "moe_info",
+        "routers",
+    ),
+    "ecospec.models.loading": ("TINY_INIT_STD", "load_target", "perturbed_copy", "tiny_config", "tiny_model"),
+    "ecospec.models.presets": ("PRESETS",),
+}
+
+__all__ = sorted(name for names in LAZY.values() for name in names)
+
+__getattr__ = lazy_attributes(__name__, LAZY)

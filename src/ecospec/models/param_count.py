@@ -54,6 +54,16 @@ EXPERTS_KEYS = {
 }
 
 
+# model_type -> the fields the count reads with a fallback (`.get`) that is not the config class's default: a config
+# without them is counted after transformers fills them in (`counts_complete`)
+CLASS_DEFAULTED = {
+    "qwen3_moe": ("attention_bias", "mlp_only_layers", "num_key_value_heads"),
+    "mixtral": ("num_key_value_heads",),
+    "gpt_oss": ("attention_bias", "head_dim", "num_key_value_heads"),
+    "deepseek_v3": ("attention_bias", "q_lora_rank", "intermediate_size", "num_key_value_heads"),
+}
+
+
 def _num_experts(c: Mapping) -> int:
     return next(c[k] for k in EXPERTS_KEYS[c["model_type"]] if c.get(k) is not None)
 
@@ -96,6 +106,72 @@ def _expert(c: Mapping) -> int:
     return 3 * h * i
 
 
+def _shared(c: Mapping) -> int:
+    return (
+        3 * c["hidden_size"] * c["moe_intermediate_size"] * c["n_shared_experts"]
+        if c["model_type"] == "deepseek_v3"
+        else 0
+    )
+
+
+def _router(c: Mapping, n: int) -> int:
+    return n * c["hidden_size"] + (n if c["model_type"] == "gpt_oss" else 0)
+
+
+def head_dim(config: Mapping) -> int:
+    """The attention head size as the family's config class gives it (DeepSeek-V3's is its rope part)."""
+    if config["model_type"] == "deepseek_v3":
+        return config["qk_rope_head_dim"]
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def moe_layer_params(config: Mapping) -> int:
+    """One MoE decoder layer's parameters other than its routed experts: attention, two norms, router and shared
+    experts (DeepSeek's MTP module is one such layer)."""
+    return _attention(config) + 2 * config["hidden_size"] + _router(config, _num_experts(config)) + _shared(config)
+
+
+# dense decoders the cost model counts (a draft LM, the expert predictor's backbone): model_type -> the fields read
+# with a fallback that is not the config class's default
+DENSE_CLASS_DEFAULTED = {
+    "llama": ("num_key_value_heads",),
+    "mistral": ("num_key_value_heads",),
+    "qwen2": ("num_key_value_heads",),
+    "qwen3": ("num_key_value_heads", "head_dim"),
+}
+
+
+def dense_decoder_params(config: Mapping) -> int | None:
+    """A dense decoder's parameters without its input embedding and lm_head (its layers and final norm); None for
+    a model_type or a config this does not count (`DENSE_CLASS_DEFAULTED`: transformers' class fills it in)."""
+    c = config
+    kind = c.get("model_type")
+    if kind not in DENSE_CLASS_DEFAULTED or not all(k in c for k in DENSE_CLASS_DEFAULTED[kind]):
+        return None
+    h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"] or c["num_attention_heads"]
+    head = c.get("head_dim") or h // heads
+    qkv_bias = heads * head + 2 * kv * head
+    attention = 2 * h * heads * head + 2 * h * kv * head
+    if kind == "qwen2":
+        attention += qkv_bias  # q, k and v carry a bias
+    elif c.get("attention_bias"):
+        attention += qkv_bias + h
+    if kind == "qwen3":
+        attention += 2 * head  # q_norm, k_norm
+    mlp = 3 * h * c["intermediate_size"] + (2 * c["intermediate_size"] + h if c.get("mlp_bias") else 0)
+    return c["num_hidden_layers"] * (attention + mlp + 2 * h) + h
+
+
+def counts_complete(config: Mapping) -> bool:
+    """Whether `config` names every field `count_params` reads: config.json as a checkpoint writes it may leave
+    fields at their class defaults, which only transformers' config class fills in."""
+    try:
+        count_params(config)
+    except (KeyError, ValueError):
+        return False
+    return all(key in config for key in ("tie_word_embeddings", *CLASS_DEFAULTED[config["model_type"]]))
+
+
 def count_params(config: Mapping) -> MoeInfo:
     """`MoeInfo` of a supported target from its HF config mapping (class defaults filled in)."""
     c = config
@@ -103,8 +179,7 @@ def count_params(config: Mapping) -> MoeInfo:
         raise ValueError(f"model_type {c.get('model_type')!r}: no parameter count; known: {', '.join(EXPERTS_KEYS)}")
     h, n = c["hidden_size"], _num_experts(c)
     moe = _moe_layers(c, n)
-    shared = 3 * h * c["moe_intermediate_size"] * c["n_shared_experts"] if c["model_type"] == "deepseek_v3" else 0
-    router = n * h + (n if c["model_type"] == "gpt_oss" else 0)
+    shared, router = _shared(c), _router(c, n)
     dense_mlp = 3 * h * c.get("intermediate_size", 0)
     layers = c["num_hidden_layers"]
     per_layer = _attention(c) + 2 * h

@@ -8,10 +8,25 @@ Typical use::
     ecospec.generate(target, ids, drafter=d, selector="ecospec", predictor=ExpertPredictor.load("ckpt/final"))
 """
 
-from ecospec.predictor.accuracy import topk_accuracy, topk_overlap
-from ecospec.predictor.model import CheckpointMismatchError, ExpertPredictor, PredictorConfig, PredictorSession
-from ecospec.predictor.traces import Traces, collect_traces, load_traces
-from ecospec.predictor.train import Checkpoint, TrainSummary, evaluate, routing_loss, split_samples, train_predictor
+from ecospec.lazy import lazy_attributes
+
+# imported on first use: all but `trace_files` load torch, which what only reads traces does without
+LAZY = {
+    "ecospec.predictor.accuracy": ("topk_accuracy", "topk_overlap"),
+    "ecospec.predictor.model": ("CheckpointMismatchError", "ExpertPredictor", "PredictorConfig", "PredictorSession"),
+    "ecospec.predictor.trace_files": ("Traces", "load_traces"),
+    "ecospec.predictor.traces": ("collect_traces",),
+    "ecospec.predictor.train": (
+        "Checkpoint",
+        "TrainSummary",
+        "evaluate",
+        "routing_loss",
+        "split_samples",
+        "train_predictor",
+    ),
+}
+
+__getattr__ = lazy_attributes(__name__, LAZY)
 
 __all__ = [
     "Checkpoint",

@@ -29,7 +29,7 @@ from ecospec.atomic import replace_dir, temp_dir
 from ecospec.cache import digest
 from ecospec.predictor.accuracy import topk_overlap
 from ecospec.predictor.model import ExpertPredictor
-from ecospec.predictor.traces import Traces, load_traces
+from ecospec.predictor.trace_files import Traces, load_traces
 
 RESUME = "resume"
 

@@ -291,7 +291,7 @@ def load_figure(rows: pd.DataFrame, model: str) -> _Drawn | None:
     with_load = rows[[s == shape for s in shapes]]
     total = np.zeros(shape, dtype=np.int64)
     for load in with_load["expert_load"]:  # one add per record: no records x layers x N temporary
-        total += np.asarray(load, dtype=np.int64)
+        total += np.asarray(load)  # int32 or int64 as stored: added into the int64 total without a copy
     dropped = len(known) - len(with_load)
     methods = ", ".join(sorted(with_load["method"].dropna().unique()))
     title = f"Figure 4: {target_label(model)} — expert load of verify passes, {len(with_load)} records ({methods})"

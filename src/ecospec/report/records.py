@@ -14,7 +14,7 @@ num_experts, num_moe_layers, rho, passes, ar_experts_per_layer; budgeted cells a
 first_divergence, loglik_per_token, ar_loglik_per_token; ar_source; vLLM records tpot_s, ttft_s, ar_tpot_s,
 ar_ttft_s, acceptance_by_position, requests; clock: the cell's clock, `wall` or `thread_cpu`, None before the
 knob; intervals: the cell's bootstrap intervals and per-unit columns, `experiment.intervals`, None before them),
-expert_load ([MoE layers, N] int64 array or None) and
+expert_load ([MoE layers, N] integer array or None) and
 trace (the record's verify-pass traces, a list of dicts, or None; `analysis.traces` reads them) and routes (a vLLM
 record's committed sequences with vLLM's own routing, `vllm_backend.routes`, or None).
 """

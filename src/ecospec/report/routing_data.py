@@ -24,6 +24,8 @@ import pandas as pd
 from ecospec.analysis.ipf import unique_experts
 from ecospec.analysis.overlap import Pooled, pooled
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes
+from ecospec.predictor.trace_files import MANIFEST, load_traces
+from ecospec.tiny.stages import paths, source
 
 WINDOW = 4  # tokens per unique-expert window: the paper's K = 3 drafts + the root
 MAX_DISTANCE = 4  # step distances of Table 17
@@ -110,17 +112,15 @@ def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
     it on first use (``tiny.build``, about a minute) and kept in the cache."""
     if model_config.get("source") != "tiny":
         return None
-    try:  # tiny.build and predictor.traces import torch: only when a tiny build is read
-        from ecospec.tiny.build import build, paths, source
-
+    try:
         budget = model_config.get("budget") or "full"
         folder = paths(budget)["traces"]
-        if not (folder / "manifest.json").exists():
+        if not (folder / MANIFEST).exists():
             if source(budget) != "release":
                 return None  # a cache build without its traces stage: nothing to read
-            build(budget, until="traces", progress=False)  # traced from the release once, then kept
-        from ecospec.predictor.traces import load_traces
+            from ecospec.tiny.build import build  # torch: only to trace the release, once
 
+            build(budget, until="traces", progress=False)  # traced from the release once, then kept
         traces = load_traces(folder)
     except (OSError, ValueError, KeyError) as e:
         warnings.warn(f"model {model_config.get('name')}: tiny build traces unreadable ({e})", stacklevel=2)

@@ -9,28 +9,32 @@ for the budgets, ``corpus`` and ``target`` for the recipes.
 """
 
 from ecospec.cache import cache_root
-from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
-from ecospec.tiny.build import (
-    STAGES,
-    Context,
-    Stage,
-    build,
-    load_tiny,
-    load_tiny_target,
-    load_tiny_tokenizer,
-    paths,
-    source,
-    status,
-    version,
-)
-from ecospec.tiny.corpus import CorpusRecipe
-from ecospec.tiny.target import (
-    RoutingImbalanceError,
-    TargetRecipe,
-    check_routing,
-    routing_load_stats,
-    routing_stats_from_routes,
-)
+from ecospec.lazy import lazy_attributes
+from ecospec.tiny.budgets import BUDGETS, Budget, CorpusRecipe, TargetRecipe, get_budget
+from ecospec.tiny.stages import paths, source, version
+
+# imported on first use: these modules load torch and transformers, which what only reads a build's files (the cost
+# model, the report) does without
+LAZY = {
+    "ecospec.tiny.build": (
+        "STAGES",
+        "Context",
+        "Stage",
+        "build",
+        "load_tiny",
+        "load_tiny_target",
+        "load_tiny_tokenizer",
+        "status",
+    ),
+    "ecospec.tiny.target": (
+        "RoutingImbalanceError",
+        "check_routing",
+        "routing_load_stats",
+        "routing_stats_from_routes",
+    ),
+}
+
+__getattr__ = lazy_attributes(__name__, LAZY)
 
 __all__ = [
     "BUDGETS",

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from ecospec.tiny.budgets import BUDGETS, get_budget
-from ecospec.tiny.build import ENV_SOURCE, STAGES, build, format_summary, root_dir, source, status
+from ecospec.tiny.build import STAGES, build, format_summary, status
 from ecospec.tiny.layout import RELEASE_DIR
 from ecospec.tiny.release import make_release, read_manifest
+from ecospec.tiny.stages import ENV_SOURCE, root_dir, source
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,14 +14,13 @@ Layout (``paths()``)::
         target/   done.json  model/  (HF config + safetensors + tokenizer files)
         drafter/  traces/  predictor/   done.json (+ files of later stages)
 
-A stage is ``Stage(name, run)`` in ``STAGES``: ``run(ctx)`` writes its files into ``ctx.out`` and returns
-a JSON-able metrics dict. It runs in a temp directory (``.<name>.tmp-<pid>``) that is renamed to
-``<name>/`` once ``done.json`` (key, metrics, seconds) is written, so a stage is either complete or
-absent. A stage's key hashes its revision, its part of the budget (``Stage.recipe``, default: the
-budget field named like the stage) and the keys of all earlier stages; a stage whose ``done.json``
-has another key is rebuilt, and so is everything after it. A missing stage whose key matches a
-finished one in a sibling ``tiny-*`` directory (another recipe that differs only downstream) is
-copied from there instead of rebuilt.
+A stage is ``Stage(spec, run)`` in ``STAGES`` (``tiny.stages.SPECS`` holds the specs): ``run(ctx)`` writes its
+files into ``ctx.out`` and returns a JSON-able metrics dict. It runs in a temp directory (``.<name>.tmp-<pid>``)
+that is renamed to ``<name>/`` once ``done.json`` (key, metrics, seconds) is written, so a stage is either complete
+or absent. A stage's key hashes its revision, its part of the budget (``StageSpec.recipe``, default: the budget
+field named like the stage) and the keys of all earlier stages; a stage whose ``done.json`` has another key is
+rebuilt, and so is everything after it. A missing stage whose key matches a finished one in a sibling ``tiny-*``
+directory (another recipe that differs only downstream) is copied from there instead of rebuilt.
 
 Budgets (``tiny.budgets``): ``"full"`` (the embedded default, released; tens of minutes on 2 CPU cores, its
 build times in docs/embedded-default.md), ``"small"`` (a minutes-long end-to-end version for slow tests) and
@@ -46,54 +45,27 @@ from typing import Any
 import numpy as np
 
 from ecospec.atomic import replace_dir
-from ecospec.cache import cache_root
 from ecospec.components import load_build, load_trained
-from ecospec.identity import release_identity, stage_keys, tiny_version
-from ecospec.tiny.budgets import BUDGETS, Budget, get_budget
+from ecospec.identity import stage_keys
+from ecospec.tiny.budgets import Budget, get_budget
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
-from ecospec.tiny.calibrate import recipe as calibrate_recipe
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer
 from ecospec.tiny.drafter import drafter_stage, drafter_summary
 from ecospec.tiny.evaluate import evaluate_stage, evaluate_summary
 from ecospec.tiny.gto import gto_stage, gto_summary
-from ecospec.tiny.layout import RELEASE_DIR
 from ecospec.tiny.predictor import predictor_stage, predictor_summary, traces_stage, traces_summary
-from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest, verify
+from ecospec.tiny.release import ReleaseError, compare, figures, read_manifest
+from ecospec.tiny.stages import (
+    SPECS,
+    StageSpec,
+    paths,
+    recipe_identity,
+    root_dir,
+    source,
+    version,
+)
 
 DEFAULT_THREADS = 2
-ENV_SOURCE = "ECOSPEC_TINY"  # release (default) | cache: which full-budget models every caller gets
-
-
-def recipe_identity(budget: str | Budget = "full") -> str:
-    """Hash of what shapes the budget's weights (`identity.release_identity` of the stages): what a release of it
-    carries and is checked against."""
-    return release_identity(STAGES, get_budget(budget))
-
-
-def version(budget: str | Budget = "full") -> str:
-    """The cache folder's name (`identity.tiny_version`): the recipe's identity and this Python's minor version."""
-    return tiny_version(recipe_identity(budget))
-
-
-def source(budget: str | Budget = "full", choice: str | None = None) -> str:
-    """Where the budget's models come from: ``release`` (the shipped one: the full budget, unless ``$ECOSPEC_TINY``
-    or `choice` says ``cache``) or ``cache`` (trained here, on first use)."""
-    choice = choice or os.environ.get(ENV_SOURCE) or "release"
-    if choice not in ("release", "cache"):
-        raise ValueError(
-            f"{ENV_SOURCE}={choice!r}: choose release (the shipped embedded default) or cache (train here)"
-        )
-    b = get_budget(budget)
-    return "release" if choice == "release" and b == BUDGETS["full"] else "cache"
-
-
-def root_dir(budget: str | Budget = "full") -> Path:
-    return cache_root() / f"tiny-{version(budget)}"
-
-
-def on_release_dir(budget: str | Budget = "full") -> Path:
-    """Where stages the release does not ship (the routing traces) are built on top of it, by release identity."""
-    return cache_root() / f"tiny-release-{recipe_identity(budget)}"
 
 
 # ----------------------------------------------------------------------------------------------- stages
@@ -143,21 +115,27 @@ class Context:
 
 @dataclass(frozen=True)
 class Stage:
-    """``run(ctx) -> metrics``; ``recipe(budget)``: the knobs the stage depends on (part of its key);
-    ``summary(metrics)``: lines for the build summary; ``revision``: bump when ``run`` changes."""
+    """A stage (`stages.StageSpec`: its name, revision and recipe) with ``run(ctx) -> metrics`` and
+    ``summary(metrics)``, the lines for the build summary."""
 
-    name: str
+    spec: StageSpec
     run: Callable[[Context], dict]
-    recipe: Callable[[Budget], Any] | None = None
     summary: Callable[[dict], list[str]] | None = None
-    revision: str = "1"
-    optional: bool = False  # built only when asked for (`build(..., until=name)` or `extra`), never by default
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def revision(self) -> str:
+        return self.spec.revision
+
+    @property
+    def optional(self) -> bool:
+        return self.spec.optional
 
     def recipe_of(self, budget: Budget) -> Any:
-        if self.recipe is not None:
-            return self.recipe(budget)
-        value = getattr(budget, self.name, None)
-        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+        return self.spec.recipe_of(budget)
 
 
 def _corpus_stage(ctx: Context) -> dict:
@@ -237,37 +215,17 @@ def _target_summary(m: dict) -> list[str]:
     ] + [f"ROUTING VIOLATION {p}" for p in m.get("routing_violations", [])]
 
 
-STAGES: list[Stage] = [
-    Stage("corpus", _corpus_stage, summary=_corpus_summary),
-    Stage("target", _target_stage, summary=_target_summary),
-    # EAGLE-3 head (ecospec.drafters.eagle3_train); revision 2: saved in the speculators layout
-    Stage("drafter", drafter_stage, summary=drafter_summary, revision="2"),
-    Stage("traces", traces_stage, summary=traces_summary),  # routing traces for the predictor
-    Stage("predictor", predictor_stage, summary=predictor_summary),  # expert predictor (ecospec.predictor)
-    Stage("evaluate", evaluate_stage, summary=evaluate_summary),  # alpha, E, T_pred on HumanEval prompts
-    Stage("gto", gto_stage, summary=gto_summary, optional=True, revision="2"),  # the GTO head (method=gto), on use
-    # the EAGLE-3 head's draft temperature (ecospec.tiny.calibrate); last, so that no stage before it rebuilds
-    Stage("calibrate", calibrate_stage, recipe=calibrate_recipe, summary=calibrate_summary),
-]
-
-
-def paths(budget: str | Budget = "full", choice: str | None = None) -> dict[str, Path]:
-    """Directories of the build (they exist once built) or of the release (checked first: ``source``): ``root``,
-    one per stage, and shortcuts ``tokenizer`` (HF tokenizer dir) and ``target_model`` (HF model dir, tokenizer
-    files included). The release ships no ``traces``: theirs is a cache folder (``on_release_dir``) that
-    ``build(until="traces")`` fills on first use."""
-    released = source(budget, choice) == "release"
-    if released:
-        verify(recipe_identity(budget))
-        root = RELEASE_DIR
-    else:
-        root = root_dir(budget)
-    out = {"root": root, **{s.name: root / s.name for s in STAGES}}
-    if released:  # the release ships no traces: they are made here on first use
-        out["traces"] = on_release_dir(budget) / "traces"
-    out["tokenizer"] = root / "corpus" / "tokenizer"
-    out["target_model"] = root / "target" / "model"
-    return out
+RUNS: dict[str, tuple[Callable[[Context], dict], Callable[[dict], list[str]]]] = {
+    "corpus": (_corpus_stage, _corpus_summary),
+    "target": (_target_stage, _target_summary),
+    "drafter": (drafter_stage, drafter_summary),
+    "traces": (traces_stage, traces_summary),
+    "predictor": (predictor_stage, predictor_summary),
+    "evaluate": (evaluate_stage, evaluate_summary),
+    "gto": (gto_stage, gto_summary),
+    "calibrate": (calibrate_stage, calibrate_summary),
+}
+STAGES: list[Stage] = [Stage(spec, *RUNS[spec.name]) for spec in SPECS]
 
 
 def _read_done(stage_dir: Path) -> dict | None:

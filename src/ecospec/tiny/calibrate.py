@@ -8,27 +8,14 @@ change)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from ecospec.components import CALIBRATION, load_build
+from ecospec.tiny.budgets import CalibrateRecipe, calibrate_recipe
 
 DATASETS = ("gsm8k", "humaneval", "math500", "mtbench")  # the four with an offline copy
-
-
-@dataclass(frozen=True)
-class CalibrateRecipe:
-    prompts_per_dataset: int = 8
-    max_new_tokens: int = 64
-    depth: int = 3
-
-
-RECIPES = {"full": CalibrateRecipe(), "small": CalibrateRecipe(4, 32), "micro": CalibrateRecipe(2, 12)}
-
-
-def recipe(budget) -> dict:
-    return asdict(RECIPES.get(budget.name, CalibrateRecipe()))
 
 
 def train_ids(tokenizer, datasets, n: int) -> list[torch.Tensor]:
@@ -51,7 +38,7 @@ def train_ids(tokenizer, datasets, n: int) -> list[torch.Tensor]:
 def calibrate_stage(ctx) -> dict:
     from ecospec.analysis.calibration import collect, fit_temperatures, nll, reliability
 
-    r = CalibrateRecipe(**recipe(ctx.budget))
+    r = CalibrateRecipe(**calibrate_recipe(ctx.budget))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

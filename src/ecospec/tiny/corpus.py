@@ -38,14 +38,6 @@ SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 
-@dataclass(frozen=True)
-class CorpusRecipe:
-    max_bytes: int = 12_000_000  # cap on the sorted stdlib file list (above the 3.11 stdlib minus exclusions)
-    val_every: int = 20  # every 20th file is held out
-    vocab_size: int = 4096
-    min_frequency: int = 2
-
-
 _TEST_DIRS = frozenset({"test", "tests", "idle_test"})
 _SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "encodings", "pydoc_data"})
 

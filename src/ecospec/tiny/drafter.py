@@ -16,23 +16,10 @@ vocabulary (a smaller one agreed less and was no faster). The teacher forwards u
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
-
-
-@dataclass(frozen=True)
-class DrafterRecipe:
-    steps: int = 450
-    lr: float = 3e-3
-    batch_size: int = 4
-    seq_len: int = 256
-    ttt_steps: int = 3
-    intermediate_size: int = 512  # the head's MLP (8 x hidden): agrees with the target better than 4 x hidden
-    train_windows: int = 3000
-    eval_windows: int = 32
-    seed: int = 0
 
 
 def stream_windows(tokens: np.ndarray, length: int, count: int, seed: int) -> list[torch.Tensor]:

@@ -4,27 +4,19 @@ top-2, γ = 4, greedy): α and E per selector, predictor accuracy in the loop, T
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from ecospec.analysis.loops import in_loop
 from ecospec.components import load_build
+from ecospec.tiny.budgets import EvalRecipe
 
 METHODS = (  # name, selector, predictor kind (the other methods: python run.py -m experiment=tiny_repro)
     ("ar", "confidence", None),
     ("confidence", "confidence", None),
     ("ecospec", "ecospec", "learned"),
 )
-
-
-@dataclass(frozen=True)
-class EvalRecipe:
-    prompts: int = 8
-    max_new_tokens: int = 64
-    gamma: int = 4
-    depth: int = 3
-    topk: int = 2
 
 
 def humaneval_ids(tokenizer, n: int) -> list[torch.Tensor]:

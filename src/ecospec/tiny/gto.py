@@ -18,37 +18,13 @@ windows instead of generated text did no better. The figures: docs/embedded-defa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from ecospec.drafters.gto_train import GtoTraining, train_gto_head
+from ecospec.tiny.budgets import GtoRecipe
 from ecospec.tiny.drafter import stream_windows
-
-
-@dataclass(frozen=True)
-class GtoRecipe:
-    steps: int = 100
-    lr: float = 3e-4
-    warmup_steps: int = 10
-    batch_size: int = 2
-    seq_len: int = 256
-    groups: int = 8
-    group_size: int = 8
-    depth: int = 3
-    topk: int = 2
-    train_windows: int = 256  # texts (generated: 256 x 192 new tokens, batched)
-    seed: int = 4
-    data: str = "generated"  # generated: train-split prompts answered greedily by the target (GTO's data); corpus
-    prompt_len: int = 64  # generated: each window is a prompt of the train stream + the target's continuation
-    gen_batch: int = 128
-    gto_weight: float = 0.5  # 0: continued EAGLE-3 training on the same texts (the ablation)
-
-    def __post_init__(self) -> None:
-        if self.data not in ("generated", "corpus"):
-            raise ValueError(f"GtoRecipe.data: {self.data!r}; choose generated or corpus")
-        if self.data == "generated" and not 0 < self.prompt_len < self.seq_len:
-            raise ValueError(f"GtoRecipe: prompt_len {self.prompt_len} must be in (0, seq_len={self.seq_len})")
 
 
 def gto_stage(ctx) -> dict:

@@ -14,7 +14,7 @@ docs/embedded-default.md, "How the recipe was chosen".
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from ecospec.models import moe_info
@@ -22,32 +22,9 @@ from ecospec.predictor.train import PredictorTraining, train_expert_predictor
 from ecospec.tiny.drafter import stream_windows
 
 
-@dataclass(frozen=True)
-class TracesRecipe:
-    samples: int = 800  # windows of the corpus stream (80/20 split by sample at training time)
-    length: int = 256
-    seed: int = 2
-
-
-@dataclass(frozen=True)
-class PredictorRecipe:
-    hidden_size: int = 64
-    num_layers: int = 1
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    head_dim: int = 32
-    intermediate_size: int = 128
-    steps: int = 800
-    lr: float = 2e-3
-    batch_size: int = 8
-    window: int = 256
-    # (checkpoint name, held-out accuracy): the first checkpoint at or above each level is kept (Table 9)
-    thresholds: tuple[tuple[str, float], ...] = (("acc50", 0.5), ("acc60", 0.65))
-    seed: int = 0
-
-
 def traces_stage(ctx) -> dict:
-    from ecospec.predictor.traces import collect_traces, load_traces
+    from ecospec.predictor.trace_files import load_traces
+    from ecospec.predictor.traces import collect_traces
     from ecospec.tiny.experts import NAME
 
     r = ctx.budget.traces

@@ -52,48 +52,12 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
-from ecospec.tiny.corpus import BOS_ID, EOS_ID, PAD_ID
-
-
-@dataclass(frozen=True)
-class TargetRecipe:
-    """Model size and training knobs of the embedded target (all of it goes into the cache key)."""
-
-    hidden_size: int = 64
-    num_layers: int = 20
-    # 2 heads of 32 (1 KV head): vLLM's CPU attention takes head sizes 32, 64, 80, ... (not 16), and the projections
-    # keep the shapes (and costs) of the earlier 4 heads of 16
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    head_dim: int = 32
-    num_experts: int = 32
-    top_k: int = 4
-    moe_intermediate_size: int = 64
-    norm_topk_prob: bool = True
-    tie_word_embeddings: bool = False
-    initializer_range: float = 0.02
-    rope_theta: float = 10000.0
-    max_position_embeddings: int = 2048
-    seq_len: int = 256
-    batch_size: int = 4
-    steps: int = 800
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    router_aux_loss_coef: float = 0.04
-    experts_implementation: str = "ecospec_sorted"
-    eval_tokens: int = 32768
-    seed: int = 0
-    min_share: float = 0.001
-    max_over_mean: float = 5.0
+from ecospec.tiny.budgets import TargetRecipe
 
 
 class RoutingImbalanceError(RuntimeError):
@@ -105,35 +69,12 @@ class RoutingImbalanceError(RuntimeError):
 
 
 def target_config(recipe: TargetRecipe, vocab_size: int):
-    """The ``Qwen3MoeConfig`` of the recipe: every layer MoE, no shared expert (Qwen3's layout)."""
+    """The ``Qwen3MoeConfig`` of the recipe (`TargetRecipe.hf_config`)."""
     from transformers import Qwen3MoeConfig
 
-    r = recipe
-    return Qwen3MoeConfig(
-        vocab_size=vocab_size,
-        hidden_size=r.hidden_size,
-        intermediate_size=4 * r.hidden_size,  # dense MLP size; unused (no mlp_only_layers)
-        moe_intermediate_size=r.moe_intermediate_size,
-        num_hidden_layers=r.num_layers,
-        num_attention_heads=r.num_heads,
-        num_key_value_heads=r.num_kv_heads,
-        head_dim=r.head_dim,
-        num_experts=r.num_experts,
-        num_experts_per_tok=r.top_k,
-        norm_topk_prob=r.norm_topk_prob,
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        router_aux_loss_coef=r.router_aux_loss_coef,
-        output_router_logits=False,
-        initializer_range=r.initializer_range,
-        rope_parameters={"rope_type": "default", "rope_theta": r.rope_theta},
-        max_position_embeddings=r.max_position_embeddings,
-        tie_word_embeddings=r.tie_word_embeddings,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        use_cache=True,
-    )
+    kwargs = recipe.hf_config(vocab_size)
+    kwargs.pop("model_type")
+    return Qwen3MoeConfig(**kwargs)
 
 
 def init_target(recipe: TargetRecipe, vocab_size: int):
