@@ -1,5 +1,5 @@
 """What the docs tests read from the Markdown pages: the pages, the code they show (with the headings it sits under)
-and the figures they quote from committed files (the quoted-figure convention of docs/reports.md)."""
+and the figures they quote from committed files (docs/reports.md, "Quoting a figure in the docs")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every figure the README and docs quote from a committed file under reports/ or benchmarks/ is read from that file:
 `[figure](file "title")` holds when a line of the file containing the title states the figure (docs/reports.md,
-"Quoted figures")."""
+"Quoting a figure in the docs")."""
 
 from pathlib import Path
 
