@@ -169,8 +169,8 @@ def make_lines(line: str) -> list[str]:
 
 @functools.cache
 def needs(command: str) -> Needs:
-    """What a shown command needs (`python run.py`, `python -m ecospec.experiment.paper`, `make`); other commands
-    need nothing this test knows of."""
+    """What a shown command needs (`python run.py`, `python -m ecospec.experiment.paper`, `make`); another command
+    needs GPUs where it asks for a CUDA device (`--device cuda`), else nothing this test knows of."""
     if command.startswith("python run.py"):
         return run_py_needs(command)  # cached, as each cell's: a command read again costs nothing
     if command.startswith("python -m ecospec.experiment.paper"):
@@ -191,4 +191,5 @@ def needs(command: str) -> Needs:
             if line.startswith(("python run.py", "python -m ecospec.experiment.paper")):
                 found.add(needs(line))
         return found
-    return Needs()
+    device = re.search(r"--device[= ](cuda\S*)", command)  # a module's own flag (ecospec.bench.gpu_check, ...)
+    return Needs(gpus=[f"--device {device.group(1)}"]) if device else Needs()
