@@ -38,7 +38,8 @@ class Shown:
     command: str
 
 
-FENCE = re.compile(r"^\s*```")
+FENCE = re.compile(r"^\s*```\s*(\S*)")
+SHELL = ("", "bash", "sh", "shell", "console", "zsh")  # blocks of commands; ```text, ```python, ... hold none
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
@@ -49,10 +50,11 @@ def split_commands(text: str) -> list[str]:
 
 
 def shown(page: Path) -> list[Shown]:
-    """Every command line a page shows, in fenced blocks (continuation lines joined) and inline code spans."""
+    """Every command line a page shows, in fenced shell blocks (continuation lines joined) and inline code spans."""
     out: list[Shown] = []
     stack: list[tuple[int, str]] = []
     block: list[tuple[int, str]] | None = None
+    language = ""
     name = rel(page)
 
     def add(lineno: int, text: str, row: str | None = None) -> None:
@@ -60,9 +62,9 @@ def shown(page: Path) -> list[Shown]:
         out.extend(Shown(name, lineno, headings, cmd) for cmd in split_commands(text))
 
     for lineno, line in enumerate(page.read_text().splitlines(), 1):
-        if FENCE.match(line):
+        if fence := FENCE.match(line):
             if block is None:
-                block = []
+                block, language = [], fence.group(1)
                 continue
             joined: list[tuple[int, str]] = []
             for n, text in block:  # continuation lines joined onto the line they continue
@@ -70,7 +72,7 @@ def shown(page: Path) -> list[Shown]:
                     joined[-1] = (joined[-1][0], joined[-1][1][:-1].rstrip() + " " + text.strip())
                 else:
                     joined.append((n, text))
-            for n, text in joined:
+            for n, text in joined if language in SHELL else []:
                 add(n, text)
             block = None
             continue

@@ -22,7 +22,7 @@ def test_every_make_target_named_exists():
     assert not missing, missing
 
 
-MODULES = sorted({cmd.split()[2] for _, cmd in commands("python -m ecospec")})
+MODULES = sorted({cmd.split()[2] for _, cmd in commands("python -m ecospec")} - {"ecospec..."})  # a placeholder
 
 
 @pytest.mark.parametrize("module", MODULES)

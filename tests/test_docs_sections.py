@@ -7,6 +7,7 @@ import re
 import pytest
 from docs_commands import needs
 from docs_pages import DOCS, Shown, shown
+from hydra.errors import HydraException
 
 from ecospec import conf_dir
 
@@ -70,7 +71,10 @@ def offenders(lines: list[Shown], pending: set[tuple[str, str]] = frozenset()) -
             continue
         if not s.command.startswith(CLASSIFIED):
             continue
-        found = needs(s.command)
+        try:
+            found = needs(s.command)
+        except HydraException:  # a line that does not compose: test_every_run_py_line_composes names it
+            continue
         if found and section(s) != "gpu":
             where = f"under {s.headings[-1]!r}" if s.headings else "under no heading"
             out.append(f"{s.page}:{s.line}: {s.command!r} needs {found.why()}, {where}")
