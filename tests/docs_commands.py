@@ -98,24 +98,27 @@ def cell_needs(overrides: tuple[str, ...]) -> Needs:
     cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     model = cfg.model
     label = " ".join(overrides) or "defaults"
-    needs = Needs()
+    found = Needs()
+    # a real target, as the loader and the memory check tell it (source hf: a Hub id, or a local checkpoint
+    # directory, which needs no download; experiment.job.check_memory, analysis.sizing.memory_problem)
     if model.get("source") == "hf" and local_weight_bytes(model.get("target")) is None:
-        needs.checkpoints.append(f"model={model.name}: {model.target}")
+        found.checkpoints.append(f"model={model.name}: {model.target}")
     device = str(cfg.get("device") or "")
     gpus = OmegaConf.select(cfg, "hydra.launcher.gpus_per_node", default=None)
     if device.startswith("cuda"):
-        needs.gpus.append(f"device={device}")
+        found.gpus.append(f"device={device}")
     if gpus:
-        needs.gpus.append(f"{label}: gpus_per_node={gpus}")
-    return needs
+        found.gpus.append(f"{label}: gpus_per_node={gpus}")
+    return found
 
 
 def run_py_needs(line: str) -> Needs:
+    """What the cells of a shown run.py line need, together."""
     sweep, args = run_py_args(line)
-    needs = Needs()
+    found = Needs()
     for overrides in cells(sweep, args):
-        needs.add(cell_needs(tuple(overrides)))
-    return needs
+        found.add(cell_needs(tuple(overrides)))
+    return found
 
 
 def paper_run_py_lines(argv: list[str]) -> list[str]:

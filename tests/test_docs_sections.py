@@ -136,3 +136,8 @@ def test_the_innermost_heading_decides(tmp_path):
         (19, "laptop"),
     ]
     assert [o.split(":")[1] for o in offenders(shown(page))] == ["9", "19"]
+
+
+def test_a_local_checkpoint_directory_needs_no_download(tmp_path):
+    assert needs("python run.py model=qwen3").checkpoints
+    assert not needs(f"python run.py model=qwen3 model.target={tmp_path}").checkpoints
