@@ -4,37 +4,13 @@ README's Python snippet runs on the released embedded default."""
 
 import re
 import runpy
-import shlex
 import sys
-from pathlib import Path
 
 import pytest
+from docs_commands import first_values, run_py_args
+from docs_pages import DOCS, ROOT, commands
 
 from ecospec import conf_dir
-
-ROOT = Path(__file__).resolve().parents[1]
-PAPERS = (ROOT / "src" / "ecospec" / "report").glob("paper*/README.md")
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "slurm" / "README.md", *PAPERS])
-
-
-def code(text: str) -> list[str]:
-    """The code a Markdown page shows: fenced blocks and inline spans."""
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
-    rest = re.sub(r"```.*?```", "", text, flags=re.S)
-    return blocks + re.findall(r"`([^`\n]+)`", rest)
-
-
-def commands(prefix: str) -> list[tuple[str, str]]:
-    """(page, command line) for every line of shown code that starts with `prefix`."""
-    out = []
-    for page in DOCS:
-        for snippet in code(page.read_text()):
-            for line in re.sub(r"\\\n\s*", " ", snippet).splitlines():  # continuation lines joined
-                line = line.split("  #")[0].strip().removeprefix("$ ")
-                for part in re.split(r"\s*(?:&&|;)\s*", line):
-                    if part.startswith(prefix):
-                        out.append((page.relative_to(ROOT).as_posix(), part))
-    return out
 
 
 def test_every_make_target_named_exists():
@@ -46,7 +22,7 @@ def test_every_make_target_named_exists():
     assert not missing, missing
 
 
-MODULES = sorted({cmd.split()[2] for _, cmd in commands("python -m ecospec")})
+MODULES = sorted({cmd.split()[2] for _, cmd in commands("python -m ecospec")} - {"ecospec..."})  # a placeholder
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -65,11 +41,9 @@ def test_every_run_py_line_composes():
     assert len(lines) >= 10
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         for page, line in lines:
-            args = [a for a in shlex.split(line)[2:] if a not in ("-m", "--multirun") and not a.startswith("<")]
-            args = [a for a in args if "=" in a and "..." not in a and "…" not in a]
-            args = [a for a in args if not re.fullmatch(r"[A-Z_]+", a.split("=", 1)[1])]  # a placeholder: model=M
-            # a sweep composes as each of its values; the first stands for them
-            overrides = [re.sub(r"=([^,\[]*),.*$", r"=\1", a) if "[" not in a else a for a in args]
+            overrides = first_values(
+                run_py_args(line)[1]
+            )  # a sweep composes as each of its values; the first stands for them
             try:
                 compose(config_name="config", overrides=overrides)
             except Exception as e:  # noqa: BLE001
@@ -79,7 +53,7 @@ def test_every_run_py_line_composes():
 def test_every_relative_link_resolves():
     broken = []
     for page in DOCS:
-        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", page.read_text()):  # a title after it
             if re.match(r"[a-z]+:", target) or target.startswith("#"):
                 continue
             path = (page.parent / target.split("#")[0]).resolve()
