@@ -61,8 +61,9 @@ SOURCES = [
 
 
 def quoted() -> list[str]:
-    """The message lines of the page's ```text blocks (a Hydra option list's indented lines left out)."""
-    blocks = re.findall(r"```text\n(.*?)```", PAGE.read_text(), flags=re.S)
+    """The message lines of the page's ~~~text blocks (a Hydra option list's indented lines left out). Messages are
+    fenced with tildes, backticks fence what a reader runs: the docs tests read every backtick block as commands."""
+    blocks = re.findall(r"~~~text\n(.*?)~~~", PAGE.read_text(), flags=re.S)
     return [line for block in blocks for line in block.splitlines() if line.strip() and not line.startswith("\t")]
 
 
