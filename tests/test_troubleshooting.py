@@ -139,6 +139,7 @@ def test_a_corrupt_record(tmp_path):
 
 
 OFFLINE = """
+import json
 import os
 from ecospec.data import DatasetUnavailableError, load_prompts
 from ecospec.engine.compiled import toolchain_missing
@@ -151,21 +152,22 @@ for name, offline in (("aime25", False), ("amc", True)):
     except DatasetUnavailableError as e:
         out.append(str(e))
 out.append(toolchain_missing())
-print(repr(out))
+print(json.dumps(out))
 """
 CHECKPOINT = """
+import json
 from transformers import AutoConfig
 try:
     AutoConfig.from_pretrained("Qwen/Qwen3-30B-A3B")
 except OSError as e:
-    print(repr([str(e).splitlines()[0]]))
+    print(json.dumps([str(e).splitlines()[0]]))
 """
 
 
 def _run(script: str, env: dict) -> list[str]:
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return eval(proc.stdout.strip().splitlines()[-1])  # noqa: S307 - our own script's repr of a list of str
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_no_network_and_no_compiler(tmp_path):
