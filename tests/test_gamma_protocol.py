@@ -112,6 +112,11 @@ def test_the_protocol_table_marks_the_choice_and_names_it():
     assert table.loc[1, "EAGLE-3 GSM8K speedup"] == 1.4 and table.loc[1, "EcoSpec mean speedup"] == 1.5
     assert abs(table.loc[1, "Score speedup"] - 1.45) < 1e-12
     assert not missing and "γ = 6" in built.note and "noise-aware: none (records without intervals)" in built.note
+    (at4,), _ = build_gamma(_frame(s), {"tiny": {**DEFAULTS["tiny"], "gamma": 4}})
+    assert (
+        "tiny.yaml holds γ = 4 (the γ the tables that hold γ fixed use); without intervals here the paper's rule "
+        "alone decides: put γ = 6 there." in at4.note
+    )
     assert build_gamma(frame_of([]), DEFAULTS) == ([], ["γ protocol"])
 
 
@@ -151,6 +156,26 @@ def test_the_noise_aware_choice_is_the_smallest_gamma_within_noise_of_the_best()
     table = built.frame
     assert "◀ noise-aware" in table.loc[table["γ"] == 4, "Chosen"].iloc[0]
     assert f"γ = {best}" in built.note and "noise-aware γ = 4" in built.note
+
+
+def test_the_note_says_what_the_model_config_holds_and_why_it_may_differ():
+    """The page names the rule's γ and the config's; a configured γ within noise of the best stays (the embedded
+    default's 6 beside a sweep that chose 5), one outside it is to be replaced."""
+    frame = _noisy_frame({4: 1.40, 6: 1.40, 8: 1.10})
+    choice = noise_aware(protocol_cells(frame, DEFAULTS), choose(protocol_cells(frame, DEFAULTS))).set_index("gamma")
+    best = int(choice.index[choice["chosen"]][0])
+    other = 10 - best  # 4 or 6: the one of the two equal γ's the rule did not choose
+    notes = {g: build_gamma(frame, {"tiny": {**DEFAULTS["tiny"], "gamma": g}})[0][0].note for g in (best, other, 8, 5)}
+    assert f"conf/model/tiny.yaml holds γ = {best} (the γ the tables that hold γ fixed use): the rule's" in notes[best]
+    assert (
+        f"holds γ = {other} (the γ" in notes[other]
+        and f"not the rule's {best}: γ = {other} is within noise" in notes[other]
+    )
+    assert f"{choice.loc[other, 'diff_low']:+.2f}, {choice.loc[other, 'diff_high']:+.2f}]" in notes[other]
+    assert "config keeps it" in notes[other] and "put the rule's" not in notes[other]
+    assert "holds γ = 8 (the γ" in notes[8] and f"outside noise of the best here: put the rule's γ = {best}" in notes[8]
+    assert f"not swept here: put the rule's γ = {best}" in notes[5]
+    assert "conf/model/<model>.yaml" not in notes[best]
 
 
 def test_main_tables_hold_each_model_at_its_own_gamma():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ecospec.analysis.cost import fit_line
-from ecospec.report.figures import FigureInfo, verify_latency_figure, write_figures
+from ecospec.report.figures import FigureInfo, unique_experts_figure, verify_latency_figure, write_figures
 
 MODELS = {"tiny_random": (2, 16, 4), "tiny_random_deepseek": (2, 16, 4)}  # MoE layers, N, k
 
@@ -145,3 +145,31 @@ def test_verify_latency_fit():
     assert "2.00 ms/expert" in caption and "R² = 1.000" in caption
     with pytest.raises(ValueError):
         fit_line(np.array([3.0, 3.0]), np.array([1.0, 2.0]))
+
+
+def ar_points(drawn) -> list[tuple[float, float]]:
+    """The AR star of each panel of a drawn Figure 1(b): (γ, E)."""
+    return [
+        (float(line.get_xdata()[0]), float(line.get_ydata()[0]))
+        for ax in drawn.figure.axes
+        for line in ax.get_lines()
+        if line.get_label() == "AR (γ = 1)"
+    ]
+
+
+def test_1b_draws_ar_from_the_ar_decoded_beside_each_cell():
+    """tiny_repro runs no method=ar cell: AR is decoded inside each SD cell, whose record holds its E as
+    ar_experts_per_layer. The figure draws that, and its caption claims AR only when it drew it."""
+    rows = [
+        record("tiny_random", method, gamma=g, dataset=d, E=5.0 + g, ar_experts_per_layer=ar_e)
+        for method in ("eagle3", "ecospec")
+        for g in (2, 4)
+        for d, ar_e in (("gsm8k", 4.0), ("humaneval", 5.0))
+    ]
+    drawn = unique_experts_figure(pd.DataFrame(rows))
+    assert ar_points(drawn) == [(1.0, 4.5)]  # per dataset, then over datasets
+    assert "AR as γ = 1" in drawn.caption
+    own = unique_experts_figure(pd.DataFrame([*rows, record("tiny_random", "ar", gamma=4, E=3.0)]))
+    assert ar_points(own) == [(1.0, 3.0)]  # a grid's own AR records win
+    bare = unique_experts_figure(pd.DataFrame(rows).drop(columns="ar_experts_per_layer"))
+    assert ar_points(bare) == [] and "AR" not in bare.caption

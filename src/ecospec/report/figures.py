@@ -170,9 +170,27 @@ def verify_latency_figure(ok: pd.DataFrame) -> _Drawn | None:
 # Figure 1(b) -------------------------------------------------------------------------------------------------
 
 
+AR_CAPTION = (
+    ", AR as γ = 1 (its own records where a grid ran method=ar, else the AR decoded beside the SD cells: their "
+    "ar_experts_per_layer)"
+)
+
+
+def ar_experts(ar: pd.DataFrame, sd: pd.DataFrame) -> float | None:
+    """AR's E for one model's panel, averaged per dataset and then over datasets: from its own AR records, or,
+    where the grid ran none (AR only decoded inside each SD cell, as tiny_repro does), from the AR measured beside
+    the SD cells; None when neither holds one."""
+    own = ar.dropna(subset=["E"])
+    beside = sd.dropna(subset=["ar_experts_per_layer"]) if "ar_experts_per_layer" in sd else sd.iloc[0:0]
+    rows, column = (own, "E") if len(own) else (beside, "ar_experts_per_layer")
+    if rows.empty:
+        return None
+    return float(rows.groupby("dataset")[column].mean().mean())
+
+
 def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     """E against γ (tokens verified per step, root included) at T = 0 and batch size 1 (E of a batch is the union
-    over its sequences), mean over datasets, confidence selection vs EcoSpec, with AR (γ = 1, E = k), the Top-k
+    over its sequences), mean over datasets, confidence selection vs EcoSpec, with AR (γ = 1: `ar_experts`), the Top-k
     line and the no-overlap ceiling min(N, γk). A model gets a panel when its SD records span at least two γ
     values; with none, the figure is skipped."""
     greedy = ok[(ok["temperature"] == 0) & (ok["batch_size"].fillna(1) == 1) & ok["E"].notna()]
@@ -182,11 +200,13 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
         return None
     fig, axes = panel_grid(len(models), width=5.2, height=4.4)
     suptitle(fig, "Figure 1(b): unique experts per MoE layer vs verified tokens γ (T = 0, batch 1, mean over datasets)")
-    used = []
+    used, drew_ar = [], False
     for ax, model in zip(axes, models, strict=False):
         rows = sd[sd["model"] == model]
         ar = greedy[(greedy["model"] == model) & (greedy["method"] == "ar")]
         used += [rows, ar]
+        ar_e = ar_experts(ar, rows)
+        drew_ar |= ar_e is not None
         curves = rows.groupby(["method", "gamma", "dataset"])["E"].mean().groupby(["method", "gamma"]).mean()
         for method in [m for m in (*CONFIDENCE_METHODS, "ecospec") if m in curves.index.get_level_values(0)]:
             curve = curves.loc[method]
@@ -201,10 +221,8 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
             )
         k, n = _mode(rows["top_k"]), _mode(rows["num_experts"])
         gmax = float(rows["gamma"].max())
-        if not ar.empty:
-            ax.plot(
-                [1], [ar["E"].mean()], marker="*", markersize=14, linestyle="none", color="dimgray", label="AR (γ = 1)"
-            )
+        if ar_e is not None:
+            ax.plot([1], [ar_e], marker="*", markersize=14, linestyle="none", color="dimgray", label="AR (γ = 1)")
         if k is not None:
             ax.axhline(k, color="black", linestyle=":", linewidth=1.2, label=f"Top-k (k = {k:g})")
             gammas = np.arange(1, int(np.ceil(gmax)) + 1)
@@ -220,7 +238,9 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     caption = (
         "Figure 1(b): E (mean unique routed experts per MoE layer per verify pass) against γ (tokens verified per "
         "step incl. the root), greedy (T = 0) batch-size-1 records, averaged per dataset (other settings pooled) "
-        f"and then over datasets; confidence selection ({'/'.join(CONFIDENCE_METHODS)}) vs EcoSpec, AR as γ = 1. "
+        f"and then over datasets; confidence selection ({'/'.join(CONFIDENCE_METHODS)}) vs EcoSpec"
+        + (AR_CAPTION if drew_ar else "")
+        + ". "
         "Dotted: Top-k, the k experts one token activates; dashed: min(N, γk), γ tokens with no shared expert. "
         "Models whose records span fewer than two γ values are left out."
     )

@@ -4,8 +4,9 @@ datasets. Ties go to the smaller γ (a smaller verify pass is the cheaper bet); 
 chosen, so the budget is never picked on the method under test alone.
 
 `experiment=gamma_protocol` runs the sweep (its sweeper extends the range by 2 while the best γ sits at the upper
-end, up to 12: `extend_gammas`); `make tables` writes `gamma_protocol.md` from the records; the chosen γ goes into
-the model config (`model.gamma`), which the tables that hold γ fixed then use.
+end, up to 12: `extend_gammas`); `make tables` writes `gamma_protocol.md` from the records, with what the model
+config holds (`model.gamma`, which the tables that hold γ fixed use) beside the choice: a configured γ within noise
+of the best stays, since a rerun could as well choose it (`config_gamma`).
 """
 
 from __future__ import annotations
@@ -188,6 +189,30 @@ def extend_gammas(swept: list[int], chosen: Mapping[str, tuple[int, bool]], by: 
 TABLE_NAME = "gamma_protocol"
 
 
+def config_gamma(model: str, held: int, best: int, choice: pd.DataFrame) -> str:
+    """What the model's config holds beside the rule's choice, and why they may differ: a configured γ within noise
+    of the best (its score − best interval holds 0) stays, since a rerun could as well have chosen it; one outside
+    it, or never swept, should become the choice."""
+    where = f"conf/model/{model}.yaml holds γ = {held} (the γ the tables that hold γ fixed use)"
+    if held == best:
+        return f"{where}: the rule's choice."
+    mine = choice[choice["model"] == model]
+    row = mine[mine["gamma"] == held]
+    if row.empty:
+        return f"{where}, not swept here: put the rule's γ = {best} there."
+    r = row.iloc[0]
+    if pd.isna(r["diff_low"]):
+        return f"{where}; without intervals here the paper's rule alone decides: put γ = {best} there."
+    if not r["within_noise"]:
+        return f"{where}, outside noise of the best here: put the rule's γ = {best} there."
+    diff = r["score"] - mine.loc[mine["chosen"], "score"].iloc[0]
+    return (
+        f"{where}, not the rule's {best}: γ = {held} is within noise of the best here (score − best {diff:+.2f} "
+        f"[{r['diff_low']:+.2f}, {r['diff_high']:+.2f}]), so a rerun of the sweep could as well choose it, and the "
+        "config keeps it rather than follow the noise (its comment names the runs it rests on)."
+    )
+
+
 def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> tuple[list[Table], list[str]]:
     """The protocol's table (and `Table` list for the writer), or its label among the missing ones."""
     used = protocol_cells(frame, defaults)
@@ -199,10 +224,12 @@ def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None)
         return [], ["γ protocol"]
     chosen = _chosen(choice)
     aware = {r.model: int(r.gamma) for r in choice[choice["chosen_noise"]].itertuples()}
-    said = "; ".join(
-        f"{model_label(m)}: γ = {g}"
+    held = used.groupby("model")["model_gamma"].agg(lambda s: int(s.mode().iloc[0]))
+    said = " ".join(
+        f"{model_label(m)}: the rule's γ = {g}"
         + (" (the largest swept: extend the sweep)" if end else "")
         + (f", noise-aware γ = {aware[m]}" if m in aware else ", noise-aware: none (records without intervals)")
+        + f". {config_gamma(m, int(held[m]), g, choice)}"
         for m, (g, end) in chosen.items()
     )
     note = (
@@ -211,8 +238,7 @@ def build_gamma(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None)
         "highest score (ties: the smaller γ; never chosen on EcoSpec alone). Beside it the noise-aware choice: the "
         "smallest γ whose score − the best score has a 95 % interval that holds 0 (paired bootstrap over prompts "
         "within each method and dataset, the cells' own per-prompt columns; weakly paired: each γ is its own cell); "
-        f"the sweep's extension follows the best mean. Chosen: {said}. Put it in "
-        f"conf/model/<model>.yaml as `gamma:` (the tables that hold γ fixed use it). From {len(used)} records "
+        f"the sweep's extension follows the best mean. Chosen: {said} From {len(used)} records "
         f"(sweeps: {sweeps(used)}).{clock(used)}"
     )
     return [
