@@ -1,10 +1,16 @@
 """Run one cell of the grid, or a sweep with -m (Hydra 1.3; configs in the package: ecospec.conf_dir()).
 
-    python run.py                                   # tiny model, EcoSpec, HumanEval, CPU (the embedded default)
-    python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm
-    python run.py -m experiment=tiny_repro          # the paper's tables on the tiny model
-    python run.py -m experiment=traces model=qwen3  # routing traces, then experiment=predictor: the expert predictor
+On a laptop (CPU, tiny models, no network):
+
+    python run.py                                   # one cell: tiny model, EcoSpec, HumanEval
     python run.py experiment=demo                   # make demo: EcoSpec, its baseline and AR, a table and a figure
+    python run.py -m experiment=tiny_repro          # the EcoSpec paper's tables on the tiny model
+    python run.py -m model=tiny_random method=ar,ecospec cluster=slurm   # the one-node CPU Slurm of the tests
+
+On a Slurm GPU cluster (real checkpoints by HF id; set your site's partition and account: slurm/README.md):
+
+    python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu
+    python run.py -m experiment=traces model=qwen3 cluster=slurm_gpu   # then experiment=predictor: the predictor
 
 Each cell writes ${out_dir}/${name}/<cell>/result.json (see ecospec.experiment.records); reruns skip cells
 whose ok record exists (force=true recomputes).
