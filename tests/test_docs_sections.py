@@ -14,35 +14,6 @@ from ecospec import conf_dir
 GPU = re.compile(r"\b(GPUs?|clusters?)\b", re.I)
 LAPTOP = re.compile(r"\b(laptops?|CPUs?)\b", re.I)
 CLASSIFIED = ("python run.py", "python -m ecospec.experiment.paper", "make ", "python -m ecospec.", "python src/")
-# Offenders on pages being rewritten for issue 46 by others, as they stood at 8026d8a: each must go (the test fails
-# on one that no longer offends, so that the list only shrinks); never add to it.
-PENDING = {
-    ("README.md", "make paper MODEL=qwen3"),
-    ("README.md", "python run.py -m experiment=overlap_e2e cluster=slurm_gpu backend.python=/opt/vllm/bin/python"),
-    (
-        "docs/benchmarks.md",
-        "python run.py -m experiment=fig1a model=qwen3,gptoss,deepseek cluster=slurm_gpu "
-        "hydra.launcher.gpus_per_node=1",
-    ),
-    ("docs/benchmarks.md", "make paper"),
-    ("docs/grids.md", "python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu"),
-    ("docs/grids.md", "python run.py -m experiment=table1"),
-    ("docs/grids.md", "python run.py -m experiment=traces model=qwen3"),
-    ("docs/grids.md", "make paper"),
-    ("docs/layout.md", "make paper (paper.py) and its cost estimate (estimate.py)"),
-    ("docs/vllm.md", "python run.py -m experiment=overlap_e2e cluster=slurm_gpu backend.python=/opt/vllm/bin/python"),
-    (
-        "slurm/README.md",
-        "python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu hydra.launcher.partition=gpu "
-        "hydra.launcher.account=myproj hydra.launcher.timeout_min=600",
-    ),
-    ("slurm/README.md", "make paper"),
-    (
-        "slurm/README.md",
-        "python run.py -m experiment=overlap_e2e cluster=slurm_gpu hydra.launcher.gpus_per_node=4 "
-        "backend.python=/opt/vllm/bin/python",
-    ),
-}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,12 +34,10 @@ def section(s: Shown) -> str | None:
     return None
 
 
-def offenders(lines: list[Shown], pending: set[tuple[str, str]] = frozenset()) -> list[str]:
-    """Every shown command that needs checkpoints or GPUs outside a GPU section, but those `pending` names."""
+def offenders(lines: list[Shown]) -> list[str]:
+    """Every shown command that needs checkpoints or GPUs outside a GPU section."""
     out = []
     for s in lines:
-        if (s.page, s.command) in pending:
-            continue
         if not s.command.startswith(CLASSIFIED):
             continue
         try:
@@ -86,11 +55,9 @@ def test_commands_that_need_gpus_or_checkpoints_sit_in_gpu_sections(capsys):
     checked = [s for s in lines if s.command.startswith(CLASSIFIED)]
     with capsys.disabled():
         print(f"\n{len(checked)} commands classified")
-    assert len(checked) >= 60  # a floor: the pages show more; raise it with them
-    bad = offenders(lines, PENDING)
+    assert len(checked) >= 160  # a floor: what the pages showed when it was set; raise it with them
+    bad = offenders(lines)
     assert not bad, "\n".join(bad)
-    still = {(s.page, s.command) for s in lines if (s.page, s.command) in PENDING and offenders([s])}
-    assert still == PENDING, f"no longer offending, remove from PENDING: {sorted(PENDING - still)}"
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from ecospec.experiment.config import ConfigError, cell_name, validate
 from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
 from ecospec.identity import CELL_KEYS, cell_id
 from ecospec.report import build as report_build
-from ecospec.report.demo import build
+from ecospec.report.demo import build, reading
 from ecospec.tiny.build import recipe_identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -788,6 +788,10 @@ def test_demo_is_a_cell_with_its_baseline_interleaved_and_prints_its_table(tmp_p
     assert all((cell_dir / f"demo.{ext}").is_file() for ext in ("md", "tex", "png"))
     assert "| EcoSpec " in first.stdout and "fewer experts per layer than Draft model" in first.stdout
     assert " % [" in first.stdout and "against it on this CPU (CPU time, 95 % interval)" in first.stdout
+    sentence = reading(demo)  # step time said as longer or shorter, as the two step times are
+    step = {r.role: r.t_step_s for r in demo.rows}
+    assert ("longer" if step["ecospec"] > step["baseline"] else "shorter") in sentence and "step time" not in sentence
+    assert "-" not in sentence.replace("−", "")  # signed figures carry a true minus
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and "(existing record)" in second.stdout and "| EcoSpec " in second.stdout
     # make tables: the demo's page and figure, indexed; its cells in no paper table (they are not the paper's grid)

@@ -187,7 +187,7 @@ def reading(demo: Demo) -> str:
     e, c = by_role["baseline"], by_role["ecospec"]
     fewer = 1 - c.E / e.E
     alpha = c.alpha / e.alpha - 1
-    step = e.t_step_s / c.t_step_s - 1  # > 0: EcoSpec's steps are shorter
+    longer = c.t_step_s / e.t_step_s - 1  # > 0: EcoSpec's steps take longer (each also runs the expert predictor)
     gpu = c.modeled / e.modeled - 1
     where = f"on this CPU ({'CPU time' if demo.clock == 'thread_cpu' else 'wall clock'}, 95 % interval)"
     if demo.pair:
@@ -196,13 +196,18 @@ def reading(demo: Demo) -> str:
         versus = f"is {change(p['estimate'], p['low'], p['high']).removesuffix(' ≈')} against it {where}{noise}"
     else:
         versus = f"is {change(c.speedup / e.speedup)} against it on this CPU (no interval: fewer than 2 prompts)"
+    steps = f"{100 * abs(longer):.0f} % {'longer' if longer > 0 else 'shorter'}"
     return (
         f"EcoSpec verifies {100 * fewer:.0f} % fewer experts per layer than {e.label} (E {c.E:.1f} vs {e.E:.1f}) "
-        f"and {versus}; acceptance gives {100 * alpha:+.0f} % "
-        f"(α {c.alpha:.2f} vs {e.alpha:.2f}) and step time {100 * step:+.0f} % (its step includes the expert "
-        f"predictor); on one {demo.gpu}, where weight bytes set a pass's time, the roofline "
-        f"model gives it {100 * gpu:+.0f} % (modeled, not measured)."
+        f"and {versus}: its acceptance is {signed(100 * alpha)} (α {c.alpha:.2f} vs {e.alpha:.2f}) and its "
+        f"steps take {steps} (each also runs the expert predictor); on one {demo.gpu}, where weight bytes set a "
+        f"pass's time, the roofline model gives it {signed(100 * gpu)} (modeled, not measured)."
     )
+
+
+def signed(percent: float) -> str:
+    """'+5 %', '−2 %': a signed whole percent with a true minus sign, as the tables print them."""
+    return f"{percent:+.0f} %".replace("-", "−")
 
 
 def write_figure(demo: Demo, path: Path) -> Path:
