@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
 from ecospec.experiment.config import ConfigError, cell_name, validate
-from ecospec.experiment.records import PROGRESS, RESULT, Progress, read_record, write_json_atomic
+from ecospec.experiment.records import PROGRESS, RESULT, Progress, load_record, read_record, write_json_atomic
 from ecospec.identity import CELL_KEYS, cell_id
 from ecospec.report import build as report_build
 from ecospec.report.demo import build, reading
@@ -462,6 +462,8 @@ def test_a_kept_tiny_record_from_other_weights_is_set_aside_and_run_again(cell, 
     again = run_cell(cfg, cell_dir)
     assert again["status"] == "ok" and not again.get("skipped")
     assert json.loads((cell_dir / "result.release-0123456789abcdef.json").read_text()) == old
+    aside = load_record(cell_dir / "result.release-0123456789abcdef.json")  # whole: its sidecar and load file kept
+    assert rec["expert_load"] and aside["expert_load"] == rec["expert_load"]
     assert json.loads((cell_dir / RESULT).read_text())["env"]["tiny"] == rec["env"]["tiny"]
     assert run_cell(cfg, cell_dir).get("skipped")
 

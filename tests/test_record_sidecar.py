@@ -16,7 +16,6 @@ from ecospec.experiment.records import (
     RESULT,
     ROW_KEYS,
     load_record,
-    pack_load,
     read_record,
     rows_path,
     write_record_file,
@@ -57,13 +56,19 @@ def test_a_record_round_trips_through_its_sidecar(recs, tmp_path):
     assert some["expert_load"].dtype == np.int32 and some["expert_load"].tolist() == rec["expert_load"]
 
 
-def test_the_expert_load_is_packed_and_a_listed_one_still_reads(recs, tmp_path):
+def test_the_expert_load_is_a_numpy_file_and_a_listed_one_still_reads(recs, tmp_path):
     rec = _traced(recs)
     write_record(tmp_path, rec)
     side = rows_path(tmp_path / RESULT)
     lines = side.read_text().splitlines()
-    packed = json.loads(next(line for line in lines if line.startswith('{"expert_load":')))["expert_load"]
-    assert packed["dtype"] == "<i4" and packed["shape"] == list(np.shape(rec["expert_load"]))
+    named = json.loads(next(line for line in lines if line.startswith('{"expert_load":')))["expert_load"]
+    assert named["dtype"] == "<i4" and named["shape"] == list(np.shape(rec["expert_load"]))
+    assert np.load(tmp_path / named["file"]).tolist() == rec["expert_load"]  # a plain .npy: numpy reads it
+    kept = (tmp_path / named["file"]).read_bytes()
+    (tmp_path / named["file"]).unlink()
+    with pytest.raises(ValueError, match=f"{side}.*expert load file is missing"):
+        load_record(tmp_path / RESULT)
+    (tmp_path / named["file"]).write_bytes(kept)
     # the sidecar as records were first written (the load as JSON lists) reads the same, in both forms
     listed = [
         json.dumps({"expert_load": rec["expert_load"]}, separators=(",", ":")) if '"expert_load"' in line[:16] else line
@@ -71,14 +76,16 @@ def test_the_expert_load_is_packed_and_a_listed_one_still_reads(recs, tmp_path):
     ]
     side.write_text("\n".join(listed) + "\n")
     assert load_record(tmp_path / RESULT) == _as_json(rec)
-    assert (
-        load_record(tmp_path / RESULT, parts=("expert_load",), arrays=True)["expert_load"].tolist()
-        == rec["expert_load"]
-    )
-    big = [[2**40, 1], [0, 3]]  # a count past int32 packs as int64
-    assert pack_load(big)["dtype"] == "<i8" and pack_load([]) == [] and pack_load([[1], [2, 3]]) == [[1], [2, 3]]
-    write_record_file(tmp_path / "x.json", {**_as_json(rec), "expert_load": big})
-    assert load_record(tmp_path / "x.json")["expert_load"] == big
+    arrays = load_record(tmp_path / RESULT, parts=("expert_load",), arrays=True)
+    assert arrays["expert_load"].tolist() == rec["expert_load"]
+    # a count past int32 is stored as int64; rewriting a record leaves only its own load file
+    big = [[2**40, 1], [0, 3]]
+    write_record_file(tmp_path / RESULT, {**_as_json(rec), "expert_load": big})
+    assert load_record(tmp_path / RESULT)["expert_load"] == big
+    (only,) = tmp_path.glob("result.load-*.npy")
+    assert np.load(only).dtype == np.int64
+    write_record_file(tmp_path / RESULT, {k: v for k, v in _as_json(rec).items() if k != "expert_load"})
+    assert not list(tmp_path.glob("result.load-*.npy"))
 
 
 def test_a_record_from_before_the_sidecar_reads_the_same(recs, tmp_path):
@@ -127,8 +134,8 @@ def test_a_bad_sidecar_is_one_error_naming_it(recs, tmp_path):
     bad = {
         "cut short": good[: len(good) // 2],
         "corrupt": good.replace('"trace":[', '"trace":[x', 1),
-        "a corrupt packed load": good.replace('"base64":"', '"base64":"!', 1),
-        "a packed load of another shape": good.replace('"shape":[', '"shape":[3,', 1),
+        "a load file of another shape": good.replace('"shape":[', '"shape":[3,', 1),
+        "another record's load file": good.replace('"file":"result.load-', '"file":"result.load-0', 1),
         "another record's": rows_path(other / RESULT).read_text(),
         "missing": None,
     }

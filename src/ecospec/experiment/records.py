@@ -4,17 +4,16 @@ progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell cont
 A record's bulky parts (`ROW_KEYS`: per-prompt rows, expert loads, traces) live in a sidecar beside it,
 `result.rows.jsonl`, so that a reader of the summary never reads them: its first line names the record it belongs
 to and the parts it holds, then one line per part, `{"<key>":<value>}`, in `ROW_KEYS` order (the parts the report
-reads come first); the expert load is packed (`pack_load`: little-endian integers in base64, read without parsing
-thousands of numbers). `result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
+reads come first). The expert load's line names a NumPy file beside it, `result.load-<link id>.npy` (int32, int64
+where a count needs it: `np.load` reads it; the report reads thousands without parsing their numbers).
+`result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
 written before the sidecar, with every part inside `result.json`, read the same."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import platform
-import re
 import secrets
 import socket
 import subprocess
@@ -60,72 +59,94 @@ def _rows_file(path: str) -> str:
 
 
 def write_record_file(path: Path, record: dict) -> None:
-    """`record` as `path` plus its sidecar (`ROW_KEYS`), each atomically: the sidecar first, so that a record file
-    never links to a sidecar that is not there yet; a record without such parts removes a stale sidecar."""
+    """`record` as `path` plus its sidecar (`ROW_KEYS`) and expert-load file, each atomically: the load file first,
+    then the sidecar, then the record, so that no file links to one that is not there yet; then the files of the
+    record it replaced go (a record without such parts leaves no sidecar)."""
     path = Path(path)
     record = {k: v for k, v in record.items() if k != "rows"}  # a link read raw from another file never carries over
     parts = [k for k in ROW_KEYS if k in record]
+    replaced = _load_file_of(path)
     if not parts:
         write_json_atomic(path, record)
         rows_path(path).unlink(missing_ok=True)
+        if replaced is not None:
+            replaced.unlink(missing_ok=True)
         return
     link = {"id": secrets.token_hex(8), "keys": parts}  # the sidecar is found by name (`rows_path`)
+    load = _load_matrix(record.get("expert_load"))
+    if load is not None:
+        write_file(Path(_load_file(str(path), link["id"])), lambda f: np.save(f, load, allow_pickle=False), text=False)
 
     def write(f) -> None:
         f.write(json.dumps({"record": link["id"], "keys": parts}) + "\n")
         for k in parts:
             f.write(f'{{"{k}":')
-            json.dump(pack_load(record[k]) if k == "expert_load" else record[k], f, separators=(",", ":"))
+            if k == "expert_load" and load is not None:
+                name = os.path.basename(_load_file(str(path), link["id"]))
+                value = {"file": name, "dtype": load.dtype.str, "shape": list(load.shape)}
+            else:
+                value = record[k]
+            json.dump(value, f, separators=(",", ":"))
             f.write("}\n")
 
     write_file(rows_path(path), write, text=True)
     write_json_atomic(path, {**{k: v for k, v in record.items() if k not in parts}, "rows": link})
+    if replaced is not None:
+        replaced.unlink(missing_ok=True)
 
 
-PACKED_DTYPES = ("<i4", "<i8")
+LOAD_DTYPES = ("<i4", "<i8")
 
 
-def pack_load(load) -> dict | list:
-    """An expert load ([MoE layers][N] counts) as ``{"dtype", "shape", "base64"}``: little-endian int32 (int64 where
-    a count needs it) in base64. An empty or ragged load stays a JSON list."""
+def _load_matrix(load) -> np.ndarray | None:
+    """An expert load ([MoE layers][N] counts) as little-endian int32 (int64 where a count needs it); None for an
+    empty or ragged one (it stays a JSON list in the sidecar)."""
     try:
         a = np.asarray(load, dtype=np.int64)
     except (TypeError, ValueError):
-        return load
+        return None
     if a.ndim != 2 or a.size == 0:
-        return load
-    dtype = PACKED_DTYPES[0] if -(2**31) <= a.min() and a.max() < 2**31 else PACKED_DTYPES[1]
-    return {"dtype": dtype, "shape": list(a.shape), "base64": base64.b64encode(a.astype(dtype).tobytes()).decode()}
+        return None
+    return a.astype(LOAD_DTYPES[0] if -(2**31) <= a.min() and a.max() < 2**31 else LOAD_DTYPES[1])
 
 
-def unpack_load(value: dict) -> np.ndarray:
-    """`pack_load`'s form back as an integer array (int32 or int64, as packed; read-only: it shares the decoded
-    bytes); ValueError when it is not one."""
+def _load_file(path: str, link_id: str) -> str:
+    return f"{os.path.splitext(path)[0]}.load-{link_id}.npy"
+
+
+def _load_file_of(path: Path) -> Path | None:
+    """The expert-load file the record now at `path` links to (None without one): the one a rewrite replaces. A
+    record renamed aside keeps its load file, which its sidecar names."""
     try:
-        return _unpacked(value["dtype"], value["shape"], value["base64"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"expert_load is not a packed [MoE layers][N] matrix ({e})") from None
+        link = json.loads(path.read_bytes()).get("rows")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(_load_file(str(path), link["id"])) if isinstance(link, dict) and "id" in link else None
 
 
-def _unpacked(dtype: str, shape, data: str | bytes) -> np.ndarray:
-    if dtype not in PACKED_DTYPES:
-        raise ValueError(f"dtype {dtype!r}")
-    return np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype).reshape([int(n) for n in shape])
+def _read_load_file(path: str, value: dict) -> np.ndarray:
+    """The expert load a sidecar line names (`{"file", "dtype", "shape"}`), read whole and viewed past the .npy
+    header (what `np.load` would return, without its header parsing); ValueError naming what is wrong."""
+    try:
+        name, dtype, shape = value["file"], value["dtype"], [int(n) for n in value["shape"]]
+        if dtype not in LOAD_DTYPES or os.path.basename(name) != name:
+            raise ValueError(f"dtype {dtype!r} or file {name!r}")
+        with open(os.path.join(os.path.dirname(path), name), "rb") as f:
+            data = f.read()
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        raise ValueError(f"its expert load file is missing or unreadable ({e})") from None
+    offset = 10 + int.from_bytes(data[8:10], "little") if data[:8] == b"\x93NUMPY\x01\x00" else -1
+    count = int(np.prod(shape))
+    if offset < 0 or len(data) - offset != count * np.dtype(dtype).itemsize:
+        raise ValueError(f"its expert load file {name} is not a {dtype} {shape} array")
+    return np.frombuffer(data, dtype=dtype, offset=offset).reshape(shape)
 
 
-# the packed line as `pack_load` and json.dump write it: its fields found without parsing the base64 as JSON
-PACKED = re.compile(rb'\{"dtype":"([^"]*)","shape":\[([0-9,]*)\],"base64":"([^"]*)"\}')
-
-
-def _load_part(text: bytes, arrays: bool):
-    """The expert load of a sidecar line: packed (`pack_load`) or, in records written before, a JSON list of
+def _load_part(path: str, text: bytes, arrays: bool):
+    """The expert load of a sidecar line: the NumPy file it names or, in records written before, a JSON list of
     lists; an integer array (None when empty) with `arrays`, else lists."""
     if text.startswith(b"{"):
-        m = PACKED.fullmatch(text)
-        try:
-            load = _unpacked(m[1].decode(), m[2].split(b","), m[3]) if m else unpack_load(json.loads(text))
-        except ValueError as e:
-            raise ValueError(f"expert_load is not a packed [MoE layers][N] matrix ({e})") from None
+        load = _read_load_file(path, json.loads(text))
         return load if arrays else load.tolist()
     return _int_matrix(text) if arrays else json.loads(text)
 
@@ -163,7 +184,7 @@ def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) ->
                     raise ValueError("a line is not one of its parts (cut short?)")
                 if key in wanted:
                     text = line[len(key) + 4 : -2]
-                    out[key] = _load_part(text, arrays) if key == "expert_load" else json.loads(text)
+                    out[key] = _load_part(path, text, arrays) if key == "expert_load" else json.loads(text)
                     wanted.remove(key)
     except (OSError, ValueError) as e:
         raise ValueError(f"corrupt or missing record sidecar {side}: {e}") from None

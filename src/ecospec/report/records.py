@@ -205,9 +205,23 @@ def find_files(dirs: Iterable[str | Path]) -> list[Path]:
     for d in map(str, dirs):
         if os.path.isfile(d):
             out.add(d)
-        else:  # os.walk: several times faster than Path.rglob over thousands of cell directories
-            out.update(os.path.join(root, RESULT) for root, _, files in os.walk(d) if RESULT in files)
+        else:
+            _scan(d, out)
     return [Path(p) for p in sorted(out)]
+
+
+def _scan(folder: str, out: set[str]) -> None:
+    """`result.json` files under `folder` (os.scandir: a fraction of os.walk's time over thousands of cell
+    directories; symlinked folders are not entered, as os.walk does not; unreadable ones are passed over)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            _scan(e.path, out)
+        elif e.name == RESULT:
+            out.add(e.path)
 
 
 NUMERIC = (

@@ -250,17 +250,27 @@ def _latex_text(text: str) -> str:
 
 
 def to_latex(table: Table) -> str:
+    """A booktabs `table` float of the printed cells (written out here: pandas' Styler renders it through jinja2 in
+    many times the time)."""
     shown = display(table)
-    shown = shown.map(_latex_text).rename(columns=_latex_text)
-    body = shown.style.hide(axis="index").to_latex(
-        hrules=True,  # \toprule, \midrule, \bottomrule: booktabs
-        caption=_latex_text(f"{table.title}. {table.note}"),
-        label=f"tab:{table.name}",
-        position="t",
-        position_float="centering",
-        column_format="l" * len(shown.columns),
-    )
-    return f"% {table.label}, written by `python -m ecospec.report`; needs \\usepackage{{booktabs}}\n{body}"
+    head = [_latex_text(c) for c in shown.columns]
+    rows = [" & ".join(_latex_text(v) for v in row) + " \\\\" for row in shown.itertuples(index=False)]
+    lines = [
+        f"% {table.label}, written by `python -m ecospec.report`; needs \\usepackage{{booktabs}}",
+        "\\begin{table}[t]",
+        "\\centering",
+        f"\\caption{{{_latex_text(f'{table.title}. {table.note}')}}}",
+        f"\\label{{tab:{table.name}}}",
+        f"\\begin{{tabular}}{{{'l' * len(head)}}}",
+        "\\toprule",
+        " & ".join(head) + " \\\\",
+        "\\midrule",
+        *rows,
+        "\\bottomrule",
+        "\\end{tabular}",
+        "\\end{table}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def write_table(table: Table, out_dir: Path) -> list[Path]:
