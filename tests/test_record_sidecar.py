@@ -46,7 +46,7 @@ def test_a_record_round_trips_through_its_sidecar(recs, tmp_path):
     rec = _traced(recs)
     write_record(tmp_path, rec)
     head = json.loads((tmp_path / RESULT).read_text())
-    assert not set(ROW_KEYS) & set(head) and head["summary"] == _as_json(rec)["summary"]  # result.json: no rows
+    assert not set(ROW_KEYS) & set(head) - {"expert_load"} and head["summary"] == _as_json(rec)["summary"]  # no rows
     assert rows_path(tmp_path / RESULT).name == "result.rows.jsonl"
     assert load_record(tmp_path / RESULT) == _as_json(rec)
     summary_only = load_record(tmp_path / RESULT, parts=False)
@@ -59,27 +59,36 @@ def test_a_record_round_trips_through_its_sidecar(recs, tmp_path):
 def test_the_expert_load_is_a_numpy_file_and_a_listed_one_still_reads(recs, tmp_path):
     rec = _traced(recs)
     write_record(tmp_path, rec)
-    side = rows_path(tmp_path / RESULT)
-    lines = side.read_text().splitlines()
-    named = json.loads(next(line for line in lines if line.startswith('{"expert_load":')))["expert_load"]
+    named = json.loads((tmp_path / RESULT).read_text())["expert_load"]  # result.json names the file
     assert named["dtype"] == "<i4" and named["shape"] == list(np.shape(rec["expert_load"]))
     assert np.load(tmp_path / named["file"]).tolist() == rec["expert_load"]  # a plain .npy: numpy reads it
+    assert '"expert_load"' not in rows_path(tmp_path / RESULT).read_text()
     kept = (tmp_path / named["file"]).read_bytes()
     (tmp_path / named["file"]).unlink()
-    with pytest.raises(ValueError, match=f"{side}.*expert load file is missing"):
+    with pytest.raises(ValueError, match=f"{tmp_path / RESULT}.*expert load file is missing"):
         load_record(tmp_path / RESULT)
-    (tmp_path / named["file"]).write_bytes(kept)
-    # the sidecar as records were first written (the load as JSON lists) reads the same, in both forms
-    listed = [
-        json.dumps({"expert_load": rec["expert_load"]}, separators=(",", ":")) if '"expert_load"' in line[:16] else line
-        for line in lines
-    ]
-    side.write_text("\n".join(listed) + "\n")
+    assert load_record(tmp_path / RESULT, parts=("trace",))["trace"] == _as_json(rec)["trace"]  # not read for that
+    (tmp_path / named["file"]).write_bytes(kept[:-4])  # cut short
+    with pytest.raises(ValueError, match="is not a <i4"):
+        load_record(tmp_path / RESULT)
+    # records written before: the load as a line of lists in the sidecar reads the same, in both forms
+    head = json.loads((tmp_path / RESULT).read_text())
+    side = rows_path(tmp_path / RESULT)
+    lines = side.read_text().splitlines()
+    keys = ["expert_load", *head["rows"]["keys"]]
+    first = json.dumps({"record": head["rows"]["id"], "keys": keys})
+    listed = json.dumps({"expert_load": rec["expert_load"]}, separators=(",", ":"))
+    side.write_text("\n".join([first, listed, *lines[1:]]) + "\n")
+    head["rows"]["keys"] = keys
+    del head["expert_load"]
+    (tmp_path / RESULT).write_text(json.dumps(head))
+    (tmp_path / named["file"]).unlink()  # such a record has no load file
     assert load_record(tmp_path / RESULT) == _as_json(rec)
     arrays = load_record(tmp_path / RESULT, parts=("expert_load",), arrays=True)
     assert arrays["expert_load"].tolist() == rec["expert_load"]
-    # a count past int32 is stored as int64; rewriting a record leaves only its own load file
+    # a count past int32 is stored as int64; a rewrite leaves only the new record's load file
     big = [[2**40, 1], [0, 3]]
+    write_record_file(tmp_path / RESULT, {**_as_json(rec), "expert_load": big})
     write_record_file(tmp_path / RESULT, {**_as_json(rec), "expert_load": big})
     assert load_record(tmp_path / RESULT)["expert_load"] == big
     (only,) = tmp_path.glob("result.load-*.npy")
@@ -134,8 +143,6 @@ def test_a_bad_sidecar_is_one_error_naming_it(recs, tmp_path):
     bad = {
         "cut short": good[: len(good) // 2],
         "corrupt": good.replace('"trace":[', '"trace":[x', 1),
-        "a load file of another shape": good.replace('"shape":[', '"shape":[3,', 1),
-        "another record's load file": good.replace('"file":"result.load-', '"file":"result.load-0', 1),
         "another record's": rows_path(other / RESULT).read_text(),
         "missing": None,
     }

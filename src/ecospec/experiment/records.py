@@ -1,13 +1,14 @@
 """Result records (docs/design.md "Result records"): one `result.json` per cell, written atomically; per-prompt
 progress checkpointed in `progress.jsonl` so an interrupted (requeued) cell continues where it stopped.
 
-A record's bulky parts (`ROW_KEYS`: per-prompt rows, expert loads, traces) live in a sidecar beside it,
-`result.rows.jsonl`, so that a reader of the summary never reads them: its first line names the record it belongs
-to and the parts it holds, then one line per part, `{"<key>":<value>}`, in `ROW_KEYS` order (the parts the report
-reads come first). The expert load's line names a NumPy file beside it, `result.load-<link id>.npy` (int32, int64
-where a count needs it: `np.load` reads it; the report reads thousands without parsing their numbers).
-`result.json` keeps the rest and a `rows` link. `read_record` merges them back; records
-written before the sidecar, with every part inside `result.json`, read the same."""
+A record's bulky parts (`ROW_KEYS`) live beside it, so that a reader of the summary never reads them: the expert
+load in a NumPy file, `result.load-<id>.npy` (int32, int64 where a count needs it; `np.load` reads it, and the
+report reads thousands without parsing their numbers), which `result.json`'s `expert_load` names with its dtype and
+shape; per-prompt rows and traces in a sidecar, `result.rows.jsonl`, which `result.json`'s `rows` link names the
+parts of: its first line names the record it belongs to and the parts it holds, then one line per part,
+`{"<key>":<value>}`, in `ROW_KEYS` order (the parts the report reads come first). `read_record` merges them back;
+records written before (every part inside `result.json`, or the expert load as a line of the sidecar) read the
+same."""
 
 from __future__ import annotations
 
@@ -59,39 +60,38 @@ def _rows_file(path: str) -> str:
 
 
 def write_record_file(path: Path, record: dict) -> None:
-    """`record` as `path` plus its sidecar (`ROW_KEYS`) and expert-load file, each atomically: the load file first,
-    then the sidecar, then the record, so that no file links to one that is not there yet; then the files of the
-    record it replaced go (a record without such parts leaves no sidecar)."""
+    """`record` as `path` plus its expert-load file and sidecar (`ROW_KEYS`), each atomically: the load file and
+    the sidecar first, so that a record never names a file that is not there yet; then the files of the record it
+    replaced go (a record without such parts leaves no sidecar)."""
     path = Path(path)
     record = {k: v for k, v in record.items() if k != "rows"}  # a link read raw from another file never carries over
-    parts = [k for k in ROW_KEYS if k in record]
     replaced = _load_file_of(path)
+    head = {k: v for k, v in record.items() if k not in ROW_KEYS}
+    link_id = secrets.token_hex(8)
+    if "expert_load" in record:
+        load = _load_matrix(record["expert_load"])
+        if load is None:  # an empty or ragged load stays in the record as it is
+            head["expert_load"] = record["expert_load"]
+        else:
+            name = f"{os.path.splitext(path.name)[0]}.load-{link_id}.npy"
+            write_file(path.with_name(name), lambda f: np.save(f, load, allow_pickle=False), text=False)
+            head["expert_load"] = {"file": name, "dtype": load.dtype.str, "shape": list(load.shape)}
+    parts = [k for k in ROW_KEYS if k in record and k != "expert_load"]
+    if parts:
+
+        def write(f) -> None:
+            f.write(json.dumps({"record": link_id, "keys": parts}) + "\n")
+            for k in parts:
+                f.write(f'{{"{k}":')
+                json.dump(record[k], f, separators=(",", ":"))
+                f.write("}\n")
+
+        write_file(rows_path(path), write, text=True)
+        head["rows"] = {"id": link_id, "keys": parts}  # the sidecar is found by name (`rows_path`)
+    write_json_atomic(path, head)
     if not parts:
-        write_json_atomic(path, record)
         rows_path(path).unlink(missing_ok=True)
-        if replaced is not None:
-            replaced.unlink(missing_ok=True)
-        return
-    link = {"id": secrets.token_hex(8), "keys": parts}  # the sidecar is found by name (`rows_path`)
-    load = _load_matrix(record.get("expert_load"))
-    if load is not None:
-        write_file(Path(_load_file(str(path), link["id"])), lambda f: np.save(f, load, allow_pickle=False), text=False)
-
-    def write(f) -> None:
-        f.write(json.dumps({"record": link["id"], "keys": parts}) + "\n")
-        for k in parts:
-            f.write(f'{{"{k}":')
-            if k == "expert_load" and load is not None:
-                name = os.path.basename(_load_file(str(path), link["id"]))
-                value = {"file": name, "dtype": load.dtype.str, "shape": list(load.shape)}
-            else:
-                value = record[k]
-            json.dump(value, f, separators=(",", ":"))
-            f.write("}\n")
-
-    write_file(rows_path(path), write, text=True)
-    write_json_atomic(path, {**{k: v for k, v in record.items() if k not in parts}, "rows": link})
-    if replaced is not None:
+    if replaced is not None and replaced.name != _load_name(head):
         replaced.unlink(missing_ok=True)
 
 
@@ -100,7 +100,7 @@ LOAD_DTYPES = ("<i4", "<i8")
 
 def _load_matrix(load) -> np.ndarray | None:
     """An expert load ([MoE layers][N] counts) as little-endian int32 (int64 where a count needs it); None for an
-    empty or ragged one (it stays a JSON list in the sidecar)."""
+    empty or ragged one."""
     try:
         a = np.asarray(load, dtype=np.int64)
     except (TypeError, ValueError):
@@ -110,45 +110,36 @@ def _load_matrix(load) -> np.ndarray | None:
     return a.astype(LOAD_DTYPES[0] if -(2**31) <= a.min() and a.max() < 2**31 else LOAD_DTYPES[1])
 
 
-def _load_file(path: str, link_id: str) -> str:
-    return f"{os.path.splitext(path)[0]}.load-{link_id}.npy"
+def _load_name(record: dict) -> str | None:
+    ref = record.get("expert_load")
+    return ref.get("file") if isinstance(ref, dict) else None
 
 
 def _load_file_of(path: Path) -> Path | None:
-    """The expert-load file the record now at `path` links to (None without one): the one a rewrite replaces. A
-    record renamed aside keeps its load file, which its sidecar names."""
+    """The expert-load file the record now at `path` names (None without one): the one a rewrite replaces. A record
+    renamed aside keeps its load file, which it names."""
     try:
-        link = json.loads(path.read_bytes()).get("rows")
+        name = _load_name(json.loads(path.read_bytes()))
     except (OSError, ValueError, AttributeError):
         return None
-    return Path(_load_file(str(path), link["id"])) if isinstance(link, dict) and "id" in link else None
+    return path.with_name(name) if name else None
 
 
-def _read_load_file(path: str, value: dict) -> np.ndarray:
-    """The expert load a sidecar line names (`{"file", "dtype", "shape"}`), read whole and viewed past the .npy
-    header (what `np.load` would return, without its header parsing); ValueError naming what is wrong."""
+def _read_load_file(path: str, ref: dict) -> np.ndarray:
+    """The expert load `ref` (`{"file", "dtype", "shape"}`, in the record at `path`) names, read whole and viewed
+    past the .npy header (what `np.load` returns, without its header parsing); ValueError naming what is wrong."""
     try:
-        name, dtype, shape = value["file"], value["dtype"], [int(n) for n in value["shape"]]
+        name, dtype, shape = ref["file"], ref["dtype"], [int(n) for n in ref["shape"]]
         if dtype not in LOAD_DTYPES or os.path.basename(name) != name:
             raise ValueError(f"dtype {dtype!r} or file {name!r}")
         with open(os.path.join(os.path.dirname(path), name), "rb") as f:
             data = f.read()
     except (KeyError, TypeError, ValueError, OSError) as e:
-        raise ValueError(f"its expert load file is missing or unreadable ({e})") from None
+        raise ValueError(f"result file {path}: its expert load file is missing or unreadable ({e})") from None
     offset = 10 + int.from_bytes(data[8:10], "little") if data[:8] == b"\x93NUMPY\x01\x00" else -1
-    count = int(np.prod(shape))
-    if offset < 0 or len(data) - offset != count * np.dtype(dtype).itemsize:
-        raise ValueError(f"its expert load file {name} is not a {dtype} {shape} array")
+    if offset < 0 or len(data) - offset != int(np.prod(shape)) * np.dtype(dtype).itemsize:
+        raise ValueError(f"result file {path}: its expert load file {name} is not a {dtype} {shape} array")
     return np.frombuffer(data, dtype=dtype, offset=offset).reshape(shape)
-
-
-def _load_part(path: str, text: bytes, arrays: bool):
-    """The expert load of a sidecar line: the NumPy file it names or, in records written before, a JSON list of
-    lists; an integer array (None when empty) with `arrays`, else lists."""
-    if text.startswith(b"{"):
-        load = _read_load_file(path, json.loads(text))
-        return load if arrays else load.tolist()
-    return _int_matrix(text) if arrays else json.loads(text)
 
 
 def _int_matrix(text: bytes) -> np.ndarray | None:
@@ -184,7 +175,10 @@ def _read_parts(path: str, link: dict, wanted: Collection[str], arrays: bool) ->
                     raise ValueError("a line is not one of its parts (cut short?)")
                 if key in wanted:
                     text = line[len(key) + 4 : -2]
-                    out[key] = _load_part(path, text, arrays) if key == "expert_load" else json.loads(text)
+                    if key == "expert_load":  # a record from before the load file: a line of lists
+                        out[key] = _int_matrix(text) if arrays else json.loads(text)
+                    else:
+                        out[key] = json.loads(text)
                     wanted.remove(key)
     except (OSError, ValueError) as e:
         raise ValueError(f"corrupt or missing record sidecar {side}: {e}") from None
@@ -207,14 +201,18 @@ def load_record(path: Path, parts: bool | Collection[str] = True, arrays: bool =
         raise ValueError(f"result file {path}: not an ecospec schema-{SCHEMA} record")
     wanted = ROW_KEYS if parts is True else () if parts is False else tuple(parts)
     link = rec.pop("rows", None)
-    for k in ROW_KEYS:  # a record from before the sidecar: the parts inside
+    for k in ROW_KEYS:  # the summary alone; a record from before the sidecar holds its parts inside
         if k not in wanted:
             rec.pop(k, None)
-    if isinstance(link, dict) and wanted:
+    if isinstance(link, dict) and any(k in link.get("keys", ()) for k in wanted):
         rec.update(_read_parts(path, link, wanted, arrays))
-    elif arrays and isinstance(rec.get("expert_load"), list):
+    load = rec.get("expert_load")
+    if isinstance(load, dict):
+        load = _read_load_file(path, load)
+        rec["expert_load"] = load if arrays else load.tolist()
+    elif arrays and isinstance(load, list):
         try:
-            rec["expert_load"] = np.asarray(rec["expert_load"], dtype=np.int64) if rec["expert_load"] else None
+            rec["expert_load"] = np.asarray(load, dtype=np.int64) if load else None
         except (TypeError, ValueError) as e:
             raise ValueError(f"result file {path}: expert_load is not a [MoE layers][N] matrix ({e})") from None
     return rec

@@ -9,8 +9,6 @@ what came from which sweeps.
 from __future__ import annotations
 
 import gc
-import multiprocessing as mp
-import pickle
 from collections.abc import Iterable
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,7 +16,7 @@ from pathlib import Path
 
 from ecospec.report import demo, engines_page, moe_methods_page
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
-from ecospec.report.figures import remove_stale, write_figures
+from ecospec.report.figures import write_figures
 from ecospec.report.frame import sweeps
 from ecospec.report.gamma import build_gamma
 from ecospec.report.moespec import NAME as MOESPEC
@@ -32,53 +30,6 @@ from ecospec.report.tables import build_tables
 from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_page, write_table
 
-# matplotlib is most of a build's time: draw the figures in a forked process while the tables are built. One: the
-# tables take longer than the figures, and each further process redoes matplotlib's warm-up (fonts, caches) in CPU.
-FIGURE_PROCESSES = 1
-
-
-def _figures_child(frame, out: Path, part: tuple[int, int], conn) -> None:
-    try:
-        conn.send_bytes(pickle.dumps(("ok", write_figures(frame, out, part))))
-    except BaseException as e:  # noqa: BLE001 - re-raised by the parent
-        conn.send_bytes(pickle.dumps(("error", e)))
-    finally:
-        conn.close()
-
-
-def _start_figures(frame, out: Path, processes: int = FIGURE_PROCESSES):
-    """Start drawing the figures (fork shares the frame without pickling it); returns a function that waits for
-    them and returns the FigureInfo list. Without fork, draws them here and now."""
-    if "fork" not in mp.get_all_start_methods():
-        infos = write_figures(frame, out)
-        return lambda: infos
-    ctx = mp.get_context("fork")
-    jobs = []
-    for i in range(processes):
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_figures_child, args=(frame, out, (i, processes), child), daemon=True)
-        proc.start()
-        child.close()
-        jobs.append((proc, parent))
-
-    def wait():
-        infos = []
-        for proc, conn in jobs:
-            try:
-                status, value = pickle.loads(conn.recv_bytes())
-            except EOFError:
-                proc.join()
-                raise RuntimeError(f"a figures process died (exit code {proc.exitcode})") from None
-            proc.join()
-            if status == "error":
-                raise value
-            infos += value
-        infos.sort(key=lambda f: f.name)
-        remove_stale(out, infos)
-        return infos
-
-    return wait
-
 
 def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None) -> list[Path]:
     """Read every result file under `records`, write each table that has cells (md, tex, csv), the pages, the
@@ -90,8 +41,8 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
     out.mkdir(parents=True, exist_ok=True)
     with _collector_paused():  # what loads here lives for the whole build: the collector's passes would free nothing
         recs = load_records(sources, since)
-        costs = model_costs(recs.model_configs, recs.storages)  # first: the figures processes inherit what it loaded
-    gc.freeze()  # and later passes skip it, here and in the forked figures processes (which would copy what they scan)
+        costs = model_costs(recs.model_configs, recs.storages)
+    gc.freeze()  # and later passes skip it
     try:
         return _write(recs, costs, sources, out, since, started)
     finally:
@@ -116,7 +67,7 @@ def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, sta
     hf = recs.frame[
         (recs.frame["backend"] != "vllm") & (recs.frame["engine"] == "eager") & recs.frame["demo_gpu"].isna()
     ]
-    figures_job = _start_figures(hf, out / FIGURES)
+    paper_figures = write_figures(hf, out / FIGURES)
     defaults = conf_defaults(recs.model_configs)
     bench = load_bench(sources, since)  # the verify-latency benchmark's points (Figure 1(a), fitted GPU profiles)
     profiles = latency_profiles(bench, costs)
@@ -137,7 +88,7 @@ def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, sta
     moespec = next((t for t in tables if t.name == MOESPEC), None)
     pareto = write_pareto_figures(moespec and moespec.frame, moespec and moespec.used, out / FIGURES)
     figures = (
-        figures_job()
+        paper_figures
         + routing_figures
         + demo_figures
         + pareto

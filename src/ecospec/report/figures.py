@@ -19,7 +19,6 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.backends import backend_pdf  # noqa: F401 - imported before the figures process forks: it inherits it
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -58,16 +57,14 @@ class _Drawn:
     rows: pd.DataFrame  # the records drawn from
 
 
-def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | None = None) -> list[FigureInfo]:
+def write_figures(frame: pd.DataFrame, out_dir: Path) -> list[FigureInfo]:
     """Write every figure whose inputs exist into `out_dir` (`<name>.png` + `<name>.pdf`); return what was written.
     A figure without inputs is skipped, and its files from an earlier build are removed; an empty frame, or one
-    without ok records, writes nothing. `part=(i, n)` draws only every n-th figure from the i-th (to spread the
-    work over processes) and leaves stale files to the caller's `remove_stale`."""
+    without ok records, writes nothing."""
     out_dir = Path(out_dir)
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame.iloc[0:0]
     if ok.empty:
-        if part is None:
-            remove_stale(out_dir, [])
+        remove_stale(out_dir, [])
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     builders: list[tuple[str, Callable[[], _Drawn | None]]] = [
@@ -78,8 +75,6 @@ def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | No
     for model in sorted(ok["model"].dropna().unique()):
         rows = ok[ok["model"] == model]
         builders.append((f"fig4_expert_load_{slug(model)}", lambda rows=rows, model=model: load_figure(rows, model)))
-    if part is not None:
-        builders = builders[part[0] :: part[1]]
     infos = []
     for name, build in builders:
         drawn = build()
@@ -94,8 +89,7 @@ def write_figures(frame: pd.DataFrame, out_dir: Path, part: tuple[int, int] | No
                 n_records=len(drawn.rows),
             )
         )
-    if part is None:
-        remove_stale(out_dir, infos)
+    remove_stale(out_dir, infos)
     return infos
 
 
