@@ -88,7 +88,7 @@ def _attention(c: Mapping) -> int:
         kv_a = h * (kv_lora + c["qk_rope_head_dim"]) + bias * (kv_lora + c["qk_rope_head_dim"]) + kv_lora
         kv_b = kv_lora * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
         return q + kv_a + kv_b + heads * c["v_head_dim"] * h + bias * h
-    head = c.get("head_dim") or h // heads
+    head = head_dim(c)
     out = 2 * h * heads * head + 2 * h * kv * head + bias * (heads * head + 2 * kv * head + h)
     if c["model_type"] == "qwen3_moe":
         out += 2 * head  # q_norm, k_norm
@@ -149,7 +149,7 @@ def dense_decoder_params(config: Mapping) -> int | None:
     if kind not in DENSE_CLASS_DEFAULTED or not all(k in c for k in DENSE_CLASS_DEFAULTED[kind]):
         return None
     h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"] or c["num_attention_heads"]
-    head = c.get("head_dim") or h // heads
+    head = head_dim(c)
     qkv_bias = heads * head + 2 * kv * head
     attention = 2 * h * heads * head + 2 * h * kv * head
     if kind == "qwen2":

@@ -186,9 +186,7 @@ def reading(demo: Demo) -> str:
         return "(no sentence: it reads EcoSpec against the model's own baseline, interleave=[baseline])"
     e, c = by_role["baseline"], by_role["ecospec"]
     fewer = 1 - c.E / e.E
-    alpha = c.alpha / e.alpha - 1
     longer = c.t_step_s / e.t_step_s - 1  # > 0: EcoSpec's steps take longer (each also runs the expert predictor)
-    gpu = c.modeled / e.modeled - 1
     where = f"on this CPU ({'CPU time' if demo.clock == 'thread_cpu' else 'wall clock'}, 95 % interval)"
     if demo.pair:
         p = demo.pair
@@ -199,15 +197,10 @@ def reading(demo: Demo) -> str:
     steps = f"{100 * abs(longer):.0f} % {'longer' if longer > 0 else 'shorter'}"
     return (
         f"EcoSpec verifies {100 * fewer:.0f} % fewer experts per layer than {e.label} (E {c.E:.1f} vs {e.E:.1f}) "
-        f"and {versus}: its acceptance is {signed(100 * alpha)} (α {c.alpha:.2f} vs {e.alpha:.2f}) and its "
+        f"and {versus}: its acceptance is {change(c.alpha / e.alpha)} (α {c.alpha:.2f} vs {e.alpha:.2f}) and its "
         f"steps take {steps} (each also runs the expert predictor); on one {demo.gpu}, where weight bytes set a "
-        f"pass's time, the roofline model gives it {signed(100 * gpu)} (modeled, not measured)."
+        f"pass's time, the roofline model gives it {change(c.modeled / e.modeled)} (modeled, not measured)."
     )
-
-
-def signed(percent: float) -> str:
-    """'+5 %', '−2 %': a signed whole percent with a true minus sign, as the tables print them."""
-    return f"{percent:+.0f} %".replace("-", "−")
 
 
 def write_figure(demo: Demo, path: Path) -> Path:
