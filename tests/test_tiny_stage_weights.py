@@ -1,27 +1,29 @@
-"""The tiny build's predictor and GTO stages train the same weights whichever code path drives them: the hashes
-below were taken at 43189e7 (before the stages called the Hydra jobs' training code) with one torch thread on
-this project's CPU machine; a change that alters what those stages train fails here."""
+"""The tiny build's predictor and GTO stages: their weights are a function of their inputs alone, and their recipes
+learn. No bits are pinned here: another processor (or the same one with its kernels held to another instruction
+set, `make test-other-isa`) trains other bits from the same recipe. So the test trains each stage twice on this
+machine, once through the build and once by calling the stage on the build's inputs after everything else has run,
+and compares the two bit for bit; and it holds what each recipe reaches (held-out accuracy, GTO's reward gain)
+within tolerances that hold across instruction sets."""
 
 import hashlib
 import importlib
+import json
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-tiny_build = importlib.import_module("ecospec.tiny.build")
+from ecospec.tiny.budgets import get_budget
 
-# sha256 of each stage's saved tensors (names, dtypes, shapes and bytes), micro budget, threads=1
-PINNED = {
-    "predictor/final": "1223f37139234d1742af0f224cbb9bec4af76c6d8766f2bad5705b032d38f4e4",
-    "gto/head": "6b946d1e58a35a6bb00e8e9c94a86556b03c08853b7a2e7c761dda245a790f8b",
-}
+tiny_build = importlib.import_module("ecospec.tiny.build")
 
 
 def tensors_sha256(folder) -> str:
     """One hash of every tensor a checkpoint folder saved, independent of the safetensors header's layout."""
     h = hashlib.sha256()
-    for path in sorted(folder.glob("*.safetensors")):
+    files = sorted(folder.glob("*.safetensors"))
+    assert files, f"no tensors in {folder}"
+    for path in files:
         for name, t in sorted(load_file(path).items()):
             h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
             h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
@@ -36,11 +38,48 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-def test_predictor_and_gto_stages_train_the_pinned_weights(tmp_path, monkeypatch, one_thread):
-    monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path))
+def rerun(stage_name: str, root, tmp_path) -> tuple[dict, object]:
+    """The stage called directly on the build's products, writing into a fresh folder: (metrics, folder)."""
+    stage = next(s for s in tiny_build.STAGES if s.name == stage_name)
+    out = tmp_path / f"again-{stage_name}"
+    out.mkdir()
+    names = [s.name for s in tiny_build.STAGES]
+    before = names[: names.index(stage_name)]
+    ctx = tiny_build.Context(
+        budget=get_budget("micro"),
+        root=root,
+        out=out,
+        dirs={n: root / n for n in before},
+        metrics={},
+        progress=False,
+    )
+    torch.manual_seed(12345)  # a global RNG state unlike the build's: the stage must not depend on it
+    return stage.run(ctx), out
+
+
+# What the micro recipes reach, measured with one thread on a 2-core AMD EPYC (AVX2) natively and with every kernel
+# held to the baseline instruction set (tests/other_isa.py): the two agree far inside these tolerances, which a change
+# of the recipe or of the training code would leave.
+MICRO = {"predictor": {"accuracy": (0.384, 0.02), "final_loss": (2.066, 0.02)}, "gto": {"loss_last": (0.00483, 0.0003)}}
+
+
+def test_predictor_and_gto_stages_train_the_same_weights_however_driven(tmp_path, monkeypatch, one_thread):
+    monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path / "cache"))
     summary = tiny_build.build("micro", until="gto", progress=False, threads=1)
-    assert summary["stages"]["predictor"]["status"] == "built" and summary["stages"]["gto"]["status"] == "built"
+    stages = summary["stages"]
+    assert stages["predictor"]["status"] == "built" and stages["gto"]["status"] == "built"
     root = tiny_build.paths("micro")["root"]
-    got = {name: tensors_sha256(root / name) for name in PINNED}
-    assert all(list((root / name).glob("*.safetensors")) for name in PINNED)
-    assert got == PINNED
+
+    predictor, predictor_out = rerun("predictor", root, tmp_path)
+    gto, gto_out = rerun("gto", root, tmp_path)
+    assert tensors_sha256(predictor_out / "final") == tensors_sha256(root / "predictor" / "final")
+    assert tensors_sha256(gto_out / "head") == tensors_sha256(root / "gto" / "head")
+    as_saved = lambda metrics: json.loads(json.dumps(metrics))  # noqa: E731  (done.json holds lists, not tuples)
+    assert as_saved(predictor) == stages["predictor"]["metrics"] and as_saved(gto) == stages["gto"]["metrics"]
+
+    p = stages["predictor"]["metrics"]
+    assert p["accuracy"] >= p["accuracy_untrained"] + 0.05 and p["accuracy"] >= p["chance"] + 0.1, p  # it learns
+    for stage, figures in MICRO.items():
+        got = stages[stage]["metrics"]
+        for key, (value, tolerance) in figures.items():
+            assert got[key] == pytest.approx(value, abs=tolerance), (stage, key, got[key])
