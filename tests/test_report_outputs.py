@@ -48,7 +48,9 @@ def test_a_build_removes_only_the_files_it_manages_and_no_longer_writes(tmp_path
     index = (out / "README.md").read_text()
     tables, others = index.split("## Other outputs in this directory")
     assert "[md](engines.md)" in tables and "[md](moe_methods.md)" in tables
-    assert "Across builds: [json](across_builds.json) [md](across_builds.md)" in others
+    assert "[json](across_builds.json) [md](across_builds.md); `python benchmarks/studies/across_builds.py" in others
+    assert "[json](modeled_cells.json)" in others  # written by the build, linked by no table
+    assert "`figures/batch_scaling`, on no list of `report/outputs.py`: [png](figures/batch_scaling.png)" in others
     assert "engines.md" not in others and "moe_methods.md" not in others
 
     # no compiled or cost-model cells, one experiment's records: their pages and the tables without cells go

@@ -281,9 +281,8 @@ def test_bad_files_are_skipped_with_a_warning_and_the_report_builds(recs, tmp_pa
     partial = copy.deepcopy(tiny[0])
     del partial["summary"]
     partial_path = _write(root, partial, "partial")
-    out.mkdir()  # a benchmark script's output already there is indexed; a table's leftover files are not
+    out.mkdir()  # a benchmark script's output already there is indexed with its command; a file no list names too
     (out / "calibration.md").write_text("\n### Calibration of the head\n\nmade by benchmarks/studies/calibration.py\n")
-    (out / "calibration.json").write_text("{}")
     (out / "table99_old.md").write_text("### Table 99\n")
     (out / "table99_old.tex").write_text("")
     with warnings.catch_warnings(record=True) as caught:
@@ -303,8 +302,8 @@ def test_bad_files_are_skipped_with_a_warning_and_the_report_builds(recs, tmp_pa
     assert "Table 1. Main results" in index and "Table 13. Model architectures" in index
     assert "table1 (" in index and f"{len(tiny)} records" in index and str(truncated) in index
     assert "CPU wall clock" in (out / "table01_main.md").read_text()
-    assert "- Calibration of the head: [json](calibration.json) [md](calibration.md)" in index
-    assert "table99_old" not in index
+    assert "[md](calibration.md); `python benchmarks/studies/calibration.py --out DIR`" in index
+    assert "- `table99_old`, on no list of `report/outputs.py`: [md](table99_old.md) [tex](table99_old.tex)" in index
 
 
 def test_since_keeps_the_newer_records(recs, tmp_path):

@@ -20,7 +20,7 @@ from ecospec.report.figures import write_figures
 from ecospec.report.frame import sweeps
 from ecospec.report.gamma import build_gamma
 from ecospec.report.moespec import NAME as MOESPEC
-from ecospec.report.outputs import FIGURES, remove_unwritten
+from ecospec.report.outputs import BESIDE, FIGURES, remove_unwritten
 from ecospec.report.pareto import write_pareto_figures
 from ecospec.report.records import Records, conf_defaults, load_records, model_costs
 from ecospec.report.roofline import NAME as MODELED
@@ -104,5 +104,6 @@ def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, sta
         pages.append(moe_methods_page.page(moe_methods_page.from_frame(recs.frame)))
     written += [write_page(p, out) for p in pages]
     remove_unwritten(out, written)
-    written.append(write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages))
+    index = write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages, BESIDE)
+    written.append(index)
     return written

@@ -1,4 +1,6 @@
-"""`python -m ecospec.report [--records DIR ...] [--out DIR] [--since WHEN]` (`make tables`)."""
+"""`python -m ecospec.report [--records DIR ...] [--out DIR] [--since WHEN]` (`make tables`);
+`python -m ecospec.report --out DIR --relist` rewrites only the last list of DIR's index, the files beside its tables
+(report/outputs.py's BESIDE), after a page or a study wrote into DIR."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from ecospec.report import build
+from ecospec.report.outputs import BESIDE
+from ecospec.report.write import relist
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--since", metavar="WHEN", help="only records finished at or after this ISO date/time (UTC default)"
     )
+    ap.add_argument(
+        "--relist",
+        action="store_true",
+        help="rewrite only the index's list of the other files in --out (after a page or a study wrote one there), "
+        "reading no records",
+    )
     args = ap.parse_args(argv)
+    if args.relist:
+        print(relist(Path(args.out), BESIDE))
+        return 0
     if args.since is not None:
         try:
             pd.Timestamp(args.since)

@@ -19,7 +19,7 @@ import pandas as pd
 from ecospec.analysis.cost import load_model_config, model_cost, modeled_step, step_parts
 from ecospec.report.frame import model_label
 from ecospec.report.paper import paper_values
-from ecospec.report.roofline import MODELED_CELLS, NAME, SUMMARY, TITLE, modeled_note, modeled_rows
+from ecospec.report.roofline import MODELED_CELLS, NAME, PAPER_TABLE3, SUMMARY, TITLE, modeled_note, modeled_rows
 from ecospec.report.write import Table, write_table
 
 
@@ -93,7 +93,7 @@ def write_paper_table3(out_dir: Path, gpu: str = "H100") -> list[Path]:
     )
     return write_table(
         Table(
-            "modeled_paper_table3",
+            PAPER_TABLE3,
             "Modeled vs Table 3",
             "Drafting and prediction: the paper's measured times beside the roofline model",
             note,

@@ -186,6 +186,9 @@ def modeled_note(
 
 NAME = "modeled"  # the table's file stem
 SUMMARY = "modeled_cells.json"
+PAPER_TABLE3 = (
+    "modeled_paper_table3"  # the paper's Table 3 beside the model (`python -m ecospec.report.modeled --paper`)
+)
 TITLE = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
 
 

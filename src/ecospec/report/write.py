@@ -1,6 +1,7 @@
 """The one writer of the report's pages: a built table as Markdown (GitHub), LaTeX (booktabs) and CSV, a page of
-prose around tables (engines.md, moe_methods.md) as Markdown, and the index `README.md`. Every Markdown table, of a
-table or a page, is laid out by `grid`.
+prose around tables (engines.md, moe_methods.md) as Markdown, and the index `README.md`, whose last list names every
+other file of the directory from `report/outputs.py`'s `BESIDE`. Every Markdown table, of a table or a page, is laid
+out by `grid`.
 
 Numbers are formatted by the metric a column ends with ("GSM8K speedup" -> 1.22×); a missing cell prints "—".
 The CSV keeps the numbers unformatted (empty = missing) and every row label, so it reads back as the table.
@@ -8,8 +9,10 @@ The CSV keeps the numbers unformatted (empty = missing) and every row label, so 
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import numbers
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +26,9 @@ from ecospec.report.frame import LABEL_COLUMNS, sweeps
 
 MISSING = "—"
 INDEX = "README.md"
+BESIDE_HEADING = "## Other outputs in this directory"
+SKIPPED_HEADING = "## Skipped files"
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a Markdown link's target
 
 
 @dataclass
@@ -48,6 +54,16 @@ class Page:
     title: str
     blocks: list[str | pd.DataFrame]
     used: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Beside:
+    """Files a report directory may hold besides the tables and figures a build links in its index (report/outputs.py
+    lists them): what they hold and the command that writes them, DIR standing for the directory."""
+
+    patterns: tuple[str, ...]  # paths under the directory, `fnmatch` patterns: "across_builds.*", "figures/fig_x.*"
+    what: str
+    command: str
 
 
 def _g(digits: int):
@@ -306,9 +322,10 @@ def write_index(
     since=None,
     started: datetime | None = None,
     pages: Iterable[Page] = (),
+    beside: Iterable[Beside] = (),
 ) -> Path:
-    """`README.md`: every table, page and figure file with the sweeps (experiments) and record counts it came from
-    and its newest record, then what was read and when, and the benchmark scripts' pages beside them."""
+    """`README.md`: what was read and when, every table, page and figure file with the sweeps (experiments) and record
+    counts it came from and its newest record, then every other file of the directory (`beside_section`)."""
     built = datetime.now(UTC)
     lines = ["# Reports", ""]
     ok = int((frame["status"] == "ok").sum())
@@ -339,34 +356,70 @@ def write_index(
             lines.append(f"| {f.caption} | {files} | {_experiments(f.experiments)} | {f.n_records} |")
     else:
         lines.append("None.")
-    others = _other_outputs(out_dir, {f"{t.name}.md" for t in [*tables, *pages]} | {INDEX})
-    if others:
-        lines += [
-            "",
-            "## Other outputs in this directory",
-            "",
-            "Written by the benchmark scripts (`benchmarks/`), not from the records; each says how it was made.",
-            "",
-            *others,
-        ]
+    linked = {target for line in lines for target in LINK.findall(line)}
+    lines += beside_section(out_dir, linked, beside)
     if skipped:
-        lines += ["", "## Skipped files", "", *[f"- `{p}`" for p in skipped]]
+        lines += ["", SKIPPED_HEADING, "", *[f"- `{p}`" for p in skipped]]
     path = out_dir / INDEX
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
-def _other_outputs(out_dir: Path, ours: set[str]) -> list[str]:
-    """One line per markdown file here that the report did not write (calibration.md, batch_scaling.md, ...): its
-    title, and the files of the same stem beside it."""
-    lines = []
-    for md in sorted(out_dir.glob("*.md")):
-        if md.name in ours or md.with_suffix(".tex").exists():  # a table (this build's or an earlier one's)
-            continue
-        title = next((ln.lstrip("#").strip() for ln in md.read_text(encoding="utf-8").splitlines() if ln.strip()), "")
-        files = " ".join(f"[{p.suffix.lstrip('.')}]({p.name})" for p in sorted(out_dir.glob(f"{md.stem}.*")))
-        lines.append(f"- {title}: {files}")
-    return lines
+def beside_section(out_dir: Path, linked: set[str], beside: Iterable[Beside]) -> list[str]:
+    """The index's last list: every file under `out_dir` (figures/ included) that `linked` (the index's other links)
+    leaves out, one line per entry of `beside` whose files are there and a line per file stem no entry names; no
+    lines when every file is linked."""
+    out_dir = Path(out_dir)
+    files = sorted(
+        p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
+    )
+    left = [f for f in files if f not in linked and f != INDEX]
+    entries = []
+    for entry in beside:
+        mine = [f for f in left if any(fnmatch.fnmatchcase(f, pattern) for pattern in entry.patterns)]
+        left = [f for f in left if f not in mine]
+        if mine:
+            entries.append(f"- {entry.what}: {_links(mine)}; `{entry.command}`")
+    stems: dict[str, list[str]] = {}
+    for f in left:
+        stems.setdefault(f.split(".")[0], []).append(f)
+    entries += [f"- `{stem}`, on no list of `report/outputs.py`: {_links(fs)}" for stem, fs in stems.items()]
+    if not entries:
+        return []
+    intro = "Files here that the tables and figures above do not link, each with the command that writes it (DIR: this "
+    intro += "directory); the benchmark scripts' pages each say how they were made."
+    return ["", BESIDE_HEADING, "", intro, "", *entries]
+
+
+def _links(files: list[str]) -> str:
+    """Markdown links to `files`, each named by its extension, or by its file name where two share one."""
+    exts = [f.rsplit(".", 1)[-1] for f in files]
+    unique = len(set(exts)) == len(exts)
+    return " ".join(f"[{ext if unique else f.rsplit('/', 1)[-1]}]({f})" for f, ext in zip(files, exts, strict=True))
+
+
+def relisted(out_dir: Path, beside: Iterable[Beside]) -> str:
+    """`out_dir`'s index with only its last list made anew (`beside_section`, from the links in the rest of it): what
+    `relist` writes after a page or a file was written beside a report without rebuilding it from its records."""
+    body, skipped = _cut((Path(out_dir) / INDEX).read_text(encoding="utf-8"), SKIPPED_HEADING)
+    lines = _cut(body, BESIDE_HEADING)[0].rstrip("\n").split("\n")
+    linked = {target for line in lines for target in LINK.findall(line)}
+    lines += beside_section(Path(out_dir), linked, beside)
+    return "\n".join(lines) + ("\n\n" + skipped.rstrip("\n") if skipped else "") + "\n"
+
+
+def relist(out_dir: Path, beside: Iterable[Beside]) -> Path:
+    """Rewrite `out_dir`'s index as `relisted` makes it; the rest of the index is kept as it is."""
+    text = relisted(out_dir, beside)
+    path = Path(out_dir) / INDEX
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _cut(text: str, heading: str) -> tuple[str, str]:
+    """`text` before the section `heading` opens, and that section on (empty where there is none)."""
+    at = text.find("\n" + heading + "\n")
+    return (text, "") if at < 0 else (text[:at], text[at + 1 :])
 
 
 def _relative(path, out_dir: Path) -> str:
