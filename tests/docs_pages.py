@@ -103,7 +103,8 @@ FIGURE = re.compile(rf"{NUM}{UNIT}(?:\s*\[{NUM}{UNIT},\s*{NUM}{UNIT}\])?(?:\s*â‰
 LINK = re.compile(r"\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(([^)\s]+)(?:\s+\"([^\"]*)\")?\)")
 NUMBER = re.compile(rf"(?<![\w.]){NUM}|\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?")
 SPACES = dict.fromkeys(map(ord, "\u2009\u202f\u00a0\u200a\u2007"), None)
-QUOTED_FROM = ("reports", "benchmarks")
+# committed files a figure may be quoted from: the reports, the benchmarks' results and the papers' transcribed values
+QUOTED_FROM = ("reports", "benchmarks", "src/ecospec/report/paper", "src/ecospec/report/paper_overlap")
 
 
 def normalise(text: str) -> str:
@@ -161,7 +162,7 @@ class Quote:
 
 
 def quotes(page: Path) -> list[Quote]:
-    """The figures a page quotes from a file under reports/ or benchmarks/ (links in code are not quotes)."""
+    """The figures a page quotes from a file under one of ``QUOTED_FROM`` (links in code are not quotes)."""
     out = []
     text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), page.read_text(), flags=re.S)
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -169,6 +170,6 @@ def quotes(page: Path) -> list[Quote]:
             if not FIGURE.fullmatch(normalise(figure).strip()) or re.match(r"[a-z]+:", target):
                 continue
             path = (page.parent / target.split("#")[0]).resolve()
-            if path.is_relative_to(ROOT) and path.relative_to(ROOT).parts[0] in QUOTED_FROM:
+            if path.is_relative_to(ROOT) and any(path.relative_to(ROOT).is_relative_to(f) for f in QUOTED_FROM):
                 out.append(Quote(rel(page), lineno, figure, target, title or None, path))
     return out
