@@ -55,7 +55,7 @@ def test_commands_that_need_gpus_or_checkpoints_sit_in_gpu_sections(capsys):
     checked = [s for s in lines if s.command.startswith(CLASSIFIED)]
     with capsys.disabled():
         print(f"\n{len(checked)} commands classified")
-    assert len(checked) >= 160  # a floor: what the pages showed when it was set; raise it with them
+    assert len(checked) >= 172  # a floor: what the pages showed when it was set; raise it with them
     bad = offenders(lines)
     assert not bad, "\n".join(bad)
 
