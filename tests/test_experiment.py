@@ -84,10 +84,14 @@ def test_every_experiment_preset_composes(experiment):
     assert all(len(g) for g in grids) and (
         grids or cfg.job in ("predictor", "gto", "fig1a") or "demo" in cfg
     )  # one job per model; the demo: one cell
-    for grid in grids:  # every swept value composes
-        for key, values in grid.items():
-            for v in [values] if str(values).startswith("[") else str(values).split(","):  # a list is one value
-                _compose(f"experiment={experiment}", f"{key}={v}")
+    swept = {  # every swept value, once: grids of one preset repeat most of theirs
+        (key, v)
+        for grid in grids
+        for key, values in grid.items()
+        for v in ([values] if str(values).startswith("[") else str(values).split(","))  # a list is one value
+    }
+    for key, v in sorted(swept, key=str):
+        _compose(f"experiment={experiment}", f"{key}={v}")
 
 
 @pytest.mark.parametrize("model", MODELS)
