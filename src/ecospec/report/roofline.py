@@ -186,9 +186,8 @@ def modeled_note(
 
 NAME = "modeled"  # the table's file stem
 SUMMARY = "modeled_cells.json"
-PAPER_TABLE3 = (
-    "modeled_paper_table3"  # the paper's Table 3 beside the model (`python -m ecospec.report.modeled --paper`)
-)
+# the paper's Table 3 beside the model (`python -m ecospec.report.modeled --paper`)
+PAPER_TABLE3 = "modeled_paper_table3"
 TITLE = f"GPU latency and speedup on {', '.join(HARDWARE)} (roofline model: *modeled*, not measured)"
 
 
