@@ -65,6 +65,22 @@ def timed(run: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def timed_in_rounds(
+    points: Sequence[tuple[Callable[[], object], Callable[[int], None]]], warmup: int, repeats: int, device
+) -> list[list[float]]:
+    """Each point's `repeats` timed calls after `warmup` untimed ones, taken in rounds of one call of every point
+    (`(run, prepare)`: `prepare(i)` sets the i-th call's inputs), so that a burst of load on a shared machine falls
+    on all points alike instead of tilting the one timed during it."""
+    times: list[list[float]] = [[] for _ in points]
+    for i in range(warmup + repeats):
+        for j, (run, prepare) in enumerate(points):
+            prepare(i)
+            t = timed(run, device)
+            if i >= warmup:
+                times[j].append(t)
+    return times
+
+
 def e_values(gamma: int, k: int, n: int, points: int, experts: Sequence[int] | None = None) -> list[int]:
     """The E a γ-token pass is timed at: `experts` within [k, min(N, γk)], else `points` values spread evenly over
     that range, both ends included."""

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ecospec.bench import KIND, RECORD_SUFFIX
-from ecospec.bench.passes import e_values, forced_indices, layer_bytes, random_init_, shapes, timed
+from ecospec.bench.passes import e_values, forced_indices, layer_bytes, random_init_, shapes, timed_in_rounds
 
 VOCAB = 256
 
@@ -86,6 +86,7 @@ def run_compiled(
             def one(tokens=tokens, pos=pos, start=start, tree=tree, prepared=prepared):
                 return prepared.step(tokens, pos, start, tree)
 
+            sweep = []  # (E, its forced ids: the check's, then one per call)
             for e in [k] if gamma == 1 else e_values(gamma, k, n, points, experts):
                 sets = [
                     torch.stack([forced_indices(gamma, k, e, n, gen) for _ in range(layers)])
@@ -96,12 +97,13 @@ def run_compiled(
                 got = [len(set(static.routes[i, :gamma].flatten().tolist())) for i in range(layers)]
                 if got != [e] * layers:
                     raise RuntimeError(f"forced routing gave {got} unique experts per layer, not {e}")
-                times = []
-                for i, chosen in enumerate(sets[1:]):
-                    static.forced_ids[:, :gamma] = chosen
-                    t = timed(one, torch.device("cpu"))
-                    if i >= warmup:
-                        times.append(t)
+                sweep.append((e, sets))
+
+            def forced(sets, static=static, gamma=gamma):
+                return lambda call: static.forced_ids[:, :gamma].copy_(sets[1 + call])
+
+            timings = timed_in_rounds([(one, forced(sets)) for _, sets in sweep], warmup, repeats, torch.device("cpu"))
+            for (e, _), times in zip(sweep, timings, strict=True):
                 t_pass = statistics.median(times)
                 nbytes = layers * (e * expert_bytes + dense_bytes)
                 rec = {

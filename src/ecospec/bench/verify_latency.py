@@ -22,7 +22,8 @@ experts of the layer (each token k distinct ones, each of the E taken by floor o
 random set of E per layer and pass, so no pass finds its experts warm in a cache the previous one filled. An
 untimed pass first checks, at the experts modules' inputs, that every layer received exactly E unique experts.
 Timer: CUDA events around each pass (after a synchronize) on a GPU, perf_counter on a CPU; `--warmup` passes, then
-the median of `--repeats` (>= 20). AR: the same pass with γ = 1, E = k, for each implementation.
+the median of `--repeats` (>= 20), taken in rounds of one pass of every point of the sweep. AR: the same pass with
+γ = 1, E = k, for each implementation.
 
 Bytes read by a pass: layers x (E x one expert's bytes + the layer's dense bytes: attention, norms, router, shared
 expert), counted from the built tensors (KV cache and activations not counted); gbps = bytes / t_pass / 1e9;
@@ -52,7 +53,7 @@ import torch
 
 from ecospec.analysis.hardware import HARDWARE
 from ecospec.bench import IMPLS, KIND, RECORD_SUFFIX, settings_problem
-from ecospec.bench.passes import WIDTHS, e_values, forced_indices, layer_bytes, random_init_, shapes, timed
+from ecospec.bench.passes import WIDTHS, e_values, forced_indices, layer_bytes, random_init_, shapes, timed_in_rounds
 from ecospec.bench.verify_compiled import run_compiled
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -439,6 +440,7 @@ def run(
     with ForcedRouting(stack.routers) as forcing:
         for impl in use:
             config._experts_implementation = impl
+            sweep = []  # (γ, E, the pass, its forced ids: the check's, then one per call)
             for gamma in (1, *gammas):
                 one = Pass(stack, gamma, prefix, seed)
                 for e in [k] if gamma == 1 else e_values(gamma, k, n, points, experts):
@@ -450,60 +452,61 @@ def run(
                     got = experts_seen(stack, one)
                     if got != [e] * len(stack.layers):
                         raise RuntimeError(f"forced routing gave {got} unique experts per layer, not {e}")
-                    times = []
-                    for i, chosen in enumerate(sets[1:]):
-                        forcing.indices = chosen
-                        t = timed(one, device)
-                        if i >= warmup:
-                            times.append(t)
-                    t_pass = statistics.median(times)
-                    nbytes = layers * (e * stack.expert_bytes + stack.dense_layer_bytes)
-                    rec = {
-                        "schema": 1,
-                        "kind": KIND,
-                        "status": "ok",
-                        "model": model["name"],
-                        "family": stack.family,
-                        "layers": layers,
-                        "impl": impl,
-                        "gamma": gamma,
-                        "E": e,
-                        "top_k": k,
-                        "num_experts": n,
-                        "scale": scale,
-                        "shapes": shapes(config),
-                        "storage": label,
-                        "checkpoint_storage": checkpoint_format,
-                        "dtype": str(dtype).removeprefix("torch."),
-                        "attn_implementation": config._attn_implementation,
-                        "prefix": prefix,
-                        "t_pass_s": t_pass,
-                        "t_layer_s": t_pass / layers,
-                        "t_pass_min_s": min(times),
-                        "times_s": times,
-                        "repeats": repeats,
-                        "warmup": warmup,
-                        "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
-                        "bytes": nbytes,
-                        "expert_bytes": stack.expert_bytes,
-                        "dense_layer_bytes": stack.dense_layer_bytes,
-                        "gbps": nbytes / t_pass / 1e9,
-                        "hbm_peak_bytes_per_s": peak_bps,
-                        "peak_source": peak_source,
-                        "bw_fraction": nbytes / t_pass / peak_bps if peak_bps else None,
-                        "hardware": hw,
-                        "device": str(device),
-                        "env": env,
-                        "finished": now(),
-                    }
-                    write_json_atomic(where / f"{impl}-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
-                    records.append(rec)
-                    if echo:
-                        frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
-                        echo(
-                            f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
-                            f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
-                        )
+                    sweep.append((gamma, e, one, sets))
+
+            def forced(sets):
+                return lambda call: setattr(forcing, "indices", sets[1 + call])
+
+            timings = timed_in_rounds([(one, forced(sets)) for _, _, one, sets in sweep], warmup, repeats, device)
+            for (gamma, e, _, _), times in zip(sweep, timings, strict=True):
+                t_pass = statistics.median(times)
+                nbytes = layers * (e * stack.expert_bytes + stack.dense_layer_bytes)
+                rec = {
+                    "schema": 1,
+                    "kind": KIND,
+                    "status": "ok",
+                    "model": model["name"],
+                    "family": stack.family,
+                    "layers": layers,
+                    "impl": impl,
+                    "gamma": gamma,
+                    "E": e,
+                    "top_k": k,
+                    "num_experts": n,
+                    "scale": scale,
+                    "shapes": shapes(config),
+                    "storage": label,
+                    "checkpoint_storage": checkpoint_format,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "attn_implementation": config._attn_implementation,
+                    "prefix": prefix,
+                    "t_pass_s": t_pass,
+                    "t_layer_s": t_pass / layers,
+                    "t_pass_min_s": min(times),
+                    "times_s": times,
+                    "repeats": repeats,
+                    "warmup": warmup,
+                    "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
+                    "bytes": nbytes,
+                    "expert_bytes": stack.expert_bytes,
+                    "dense_layer_bytes": stack.dense_layer_bytes,
+                    "gbps": nbytes / t_pass / 1e9,
+                    "hbm_peak_bytes_per_s": peak_bps,
+                    "peak_source": peak_source,
+                    "bw_fraction": nbytes / t_pass / peak_bps if peak_bps else None,
+                    "hardware": hw,
+                    "device": str(device),
+                    "env": env,
+                    "finished": now(),
+                }
+                write_json_atomic(where / f"{impl}-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
+                records.append(rec)
+                if echo:
+                    frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
+                    echo(
+                        f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
+                        f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
+                    )
     if "compiled" in engines:
         records += run_compiled(
             model,
