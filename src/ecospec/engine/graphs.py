@@ -16,6 +16,26 @@ import torch
 from ecospec.cache import cache_root
 
 _COUNT = itertools.count()
+_INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def inductor_cache() -> str:
+    """Point inductor's artefacts at `$ECOSPEC_CACHE/inductor` (beside the expert kernel) unless the user chose a
+    directory; returns the one in use. Torch writes its default (under the temporary directory) into the variable the
+    first time anything imports `torch._inductor`, so that default counts as not chosen. Its precompiled headers go
+    to that default whatever the variable says (a module constant): they follow the chosen directory too, so that a
+    machine sharing `$ECOSPEC_CACHE` (a cluster's home directory) or a reboot compiles nothing again."""
+    from torch._inductor import codecache
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get(_INDUCTOR)
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ[_INDUCTOR] = str(cache_root() / "inductor")
+    chosen = os.environ[_INDUCTOR]
+    if hasattr(codecache, "_HEADER_DIR"):  # torch 2.13's name; elsewhere the headers stay where torch puts them
+        codecache._HEADER_DIR = os.path.join(chosen, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    return chosen
 
 
 def compile_method(obj, fn):
@@ -24,7 +44,7 @@ def compile_method(obj, fn):
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
     them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
     share one."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+    inductor_cache()
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     return torch.compile(

@@ -1,0 +1,49 @@
+"""Every compiled artefact under `$ECOSPEC_CACHE` (issue 53): inductor's graphs, its C++ wrappers and its
+precompiled headers, even where `torch._inductor` was imported first (torch then writes its default directory into
+TORCHINDUCTOR_CACHE_DIR); a second process sharing the cache compiles nothing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+import torch._inductor  # first: torch sets its default cache directory now
+import torch
+from torch._dynamo.utils import counters
+from ecospec.engine.graphs import compile_method
+
+class Twice:
+    def step(self, x):
+        return x * 2 + 1
+
+out = compile_method(Twice(), Twice.step)(torch.ones(3))
+print(json.dumps({"out": out.tolist(), "hits": counters["inductor"]["fxgraph_cache_hit"],
+                  "misses": counters["inductor"]["fxgraph_cache_miss"]}))
+"""
+
+
+def _files(root) -> list[str]:
+    return [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+
+
+@pytest.mark.compiled
+def test_compiled_artefacts_stay_under_the_cache(tmp_path):
+    cache, tmp = tmp_path / "cache", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env.update(ECOSPEC_CACHE=str(cache), TMPDIR=str(tmp))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["out"] == runs[1]["out"] == [3.0, 3.0, 3.0]
+    assert runs[0]["misses"] == 1 and runs[1] == dict(runs[1], hits=1, misses=0)  # the second compiles nothing
+    inductor = cache / "inductor"
+    assert any(p.endswith(".so") for p in _files(inductor))  # the C++ wrapper's build
+    assert _files(inductor / "precompiled_headers")
+    assert _files(tmp) == []  # torch's default directory (under TMPDIR) exists, and holds nothing
