@@ -33,5 +33,14 @@ def test_profile_is_measured_written_and_found(tmp_path, monkeypatch):
     p = data["profile"]
     assert path.parent == tmp_path / "profiles" and p["engine"] == "eager" and p["points"] >= 5
     assert p["per_expert_layer_s"] > 0 and p["ar_step_s"] > 0 and p["draft_pass_s"] == {}
+    bw = data["bandwidth"]
+    assert bw["buffer_bytes"] == 512 << 20 and bw["read_bytes_per_s"] > 0 and bw["model_read_bytes_per_s"] > 0
+    rows = {r["pass"]: r for r in bw["passes"]}
+    assert set(rows) == {"AR step", "verify, 2 tokens", "verify, 3 tokens", "verify, 4 tokens"}  # no head, no predictor
+    ar = rows["AR step"]
+    assert ar["seconds"] == p["ar_step_s"] and ar["ratio"] == pytest.approx(
+        ar["seconds"] * bw["read_bytes_per_s"] / ar["bytes"]
+    )
+    assert rows["verify, 4 tokens"]["bytes"] > rows["verify, 2 tokens"]["bytes"] > ar["bytes"]
     profile, digest = load_profile("tiny_random", "eager", p["dtype"], p["processor"])
     assert digest == data["hash"] and profile.t_verify(4, 6) > profile.t_verify(1, 2)

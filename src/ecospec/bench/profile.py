@@ -11,13 +11,19 @@ Written to `$ECOSPEC_CACHE/profiles/<model>-<engine>-<dtype>-<processor>.json` w
 cell's identity. A method that needs one and finds none stops naming this command (`analysis.profiles`). On a GPU the
 verify passes are timed with CUDA events (`verify_latency`); the head and predictor passes need the model's
 components and are measured for the embedded default only (elsewhere: null, and said so).
+
+Beside the profile, in the same run: this machine's read bandwidth on the profile's threads over a 512 MB buffer
+(beyond any last-level cache) and over one of the profiled weights' size, and each pass's time against its weight
+bytes at the first (`against_bytes`; the file's `bandwidth`, printed): how far a pass is from the machine's limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,17 +32,79 @@ import torch
 
 from ecospec.analysis.cost import (
     VerifyProfile,
+    drafter_pass_bytes,
     fit_line,
     fit_verify,
     independent_experts,
     load_model_config,
     model_cost,
+    predictor_pass_bytes,
+    verify_hbm_bytes,
 )
 from ecospec.analysis.profiles import profiles_dir
 from ecospec.atomic import write_json
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
+LARGE = 512 << 20  # a read buffer well beyond any last-level cache
+
+
+def read_bandwidth(nbytes: int, repeats: int = 7) -> float:
+    """This machine's read bandwidth (bytes/s) on torch's threads over a buffer of `nbytes`: the median of
+    `repeats` sums of a float32 tensor that size, after an untimed one (a pass's weights are read the same way)."""
+    x = torch.ones(max(int(nbytes) // 4, 1))
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(times)
+
+
+def against_bytes(cfg, profile: VerifyProfile, layers: int) -> dict:
+    """This machine's read bandwidth over `LARGE` and over a buffer of the profiled weights' size (the model's,
+    capped at `LARGE`), and each pass's time against its weight bytes at the first: the AR step, the verify phase
+    of each block size, a head pass and the predictor's pass (null where the profile has no time for it)."""
+    cost = model_cost(cfg)
+    size = min(LARGE, cost.dense_bytes * layers / cost.num_layers + cost.num_experts * layers * cost.expert_bytes)
+    bw = read_bandwidth(LARGE)
+    out = {
+        "read_bytes_per_s": bw,
+        "buffer_bytes": LARGE,
+        "model_read_bytes_per_s": read_bandwidth(size),
+        "model_buffer_bytes": int(size),
+        "passes": [],
+    }
+    scale = layers / cost.moe_layers  # the passes timed cover `layers` MoE layers
+
+    def row(name: str, seconds: float | None, nbytes: float) -> None:
+        at_bw = nbytes / bw
+        ratio = None if seconds is None else seconds / at_bw
+        out["passes"].append({"pass": name, "seconds": seconds, "bytes": nbytes, "bytes_s": at_bw, "ratio": ratio})
+
+    row("AR step", profile.ar_step_s, verify_hbm_bytes(cost, cost.top_k) * scale)
+    for t, e in profile.experts_by_tokens.items():
+        if t != "1":
+            row(f"verify, {t} tokens", profile.t_verify(int(t), e), verify_hbm_bytes(cost, e) * scale)
+    for shape, seconds in profile.draft_pass_s.items():
+        row(f"head pass, {shape}", seconds, drafter_pass_bytes(cfg, "eagle3")[1])
+    if profile.predictor_pass_s is not None:
+        row("predictor pass", profile.predictor_pass_s, predictor_pass_bytes(cfg)[0])
+    return out
+
+
+def describe(bandwidth: dict) -> str:
+    """The bandwidths and the passes against their bytes, a line each."""
+    lines = [
+        f"read bandwidth, 1 buffer of {bandwidth['buffer_bytes'] / 1e6:.0f} MB: "
+        f"{bandwidth['read_bytes_per_s'] / 1e9:.1f} GB/s; of the model's weights' size "
+        f"({bandwidth['model_buffer_bytes'] / 1e6:.1f} MB): {bandwidth['model_read_bytes_per_s'] / 1e9:.1f} GB/s"
+    ]
+    for r in bandwidth["passes"]:
+        took = "not timed" if r["seconds"] is None else f"{r['seconds'] * 1e3:.3f} ms = {r['ratio']:.2f} x"
+        lines.append(f"  {r['pass']:<20} {r['bytes'] / 1e6:7.2f} MB, {r['bytes_s'] * 1e3:.3f} ms at that rate; {took}")
+    return "\n".join(lines)
 
 
 def _processor(device: torch.device) -> str:
@@ -226,7 +294,8 @@ def measure(
     )
     body = asdict(profile)
     path = profiles_dir() / f"{profile.key}.json"
-    write_json(path, {"profile": body, "hash": digest(body), "records": records}, indent=1)
+    data = {"profile": body, "hash": digest(body), "records": records, "bandwidth": against_bytes(cfg, profile, layers)}
+    write_json(path, data, indent=1)
     return path
 
 
@@ -248,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             f"measured verify by block size {p['verify_by_tokens']} -> "
             f"{path}"
         )
+        print(describe(json.loads(path.read_text())["bandwidth"]))
     return 0
 
 
