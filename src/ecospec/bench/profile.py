@@ -12,7 +12,7 @@ cell's identity. A method that needs one and finds none stops naming this comman
 verify passes are timed with CUDA events (`verify_latency`); the head and predictor passes need the model's
 components and are measured for the embedded default only (elsewhere: null, and said so).
 
-Beside the profile, in the same run: this machine's read bandwidth on the profile's threads over a 512 MB buffer
+Beside the profile, in the same run: this machine's read bandwidth on the profile's threads over a 512 MiB buffer
 (beyond any last-level cache) and over one of the profiled weights' size, and each pass's time against its weight
 bytes at the first (`against_bytes`; the file's `bandwidth`, printed): how far a pass is from the machine's limit.
 """
@@ -46,7 +46,7 @@ from ecospec.atomic import write_json
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
-LARGE = 512 << 20  # a read buffer well beyond any last-level cache
+LARGE = 512 << 20  # a read buffer well beyond any last-level cache (512 MiB)
 
 
 def read_bandwidth(nbytes: int, repeats: int = 7) -> float:
@@ -97,9 +97,9 @@ def against_bytes(cfg, profile: VerifyProfile, layers: int) -> dict:
 def describe(bandwidth: dict) -> str:
     """The bandwidths and the passes against their bytes, a line each."""
     lines = [
-        f"read bandwidth, 1 buffer of {bandwidth['buffer_bytes'] / 1e6:.0f} MB: "
-        f"{bandwidth['read_bytes_per_s'] / 1e9:.1f} GB/s; of the model's weights' size "
-        f"({bandwidth['model_buffer_bytes'] / 1e6:.1f} MB): {bandwidth['model_read_bytes_per_s'] / 1e9:.1f} GB/s"
+        f"read bandwidth over {bandwidth['buffer_bytes'] / 2**20:.0f} MiB: "
+        f"{bandwidth['read_bytes_per_s'] / 1e9:.1f} GB/s; over the profiled weights' size "
+        f"({bandwidth['model_buffer_bytes'] / 2**20:.1f} MiB): {bandwidth['model_read_bytes_per_s'] / 1e9:.1f} GB/s"
     ]
     for r in bandwidth["passes"]:
         took = "not timed" if r["seconds"] is None else f"{r['seconds'] * 1e3:.3f} ms = {r['ratio']:.2f} x"

@@ -81,6 +81,11 @@ BESIDE = (
         STUDY.format("clock_spread"),
     ),
     Beside(
+        ("compiled_ops.*",),
+        "Where a compiled pass's time goes on the embedded default, op category by category",
+        STUDY.format("compiled_ops"),
+    ),
+    Beside(
         ("compiled_engine.json",),
         "The compiled engine against the eager one on the embedded default",
         STUDY.format("compiled_engine"),
