@@ -4,6 +4,7 @@ forced expert ids, the timer and the E values of a sweep."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -79,6 +80,36 @@ def timed_in_rounds(
             if i >= warmup:
                 times[j].append(t)
     return times
+
+
+def timing_fields(
+    times: list[float], layers: int, e: int, expert_bytes: int, dense_bytes: int, peak_bps: float | None = None
+) -> dict:
+    """The fields of a pass record that its timed calls and its bytes give (both benchmarks' records carry them):
+    the median and the minimum, the bytes read (`layers` x (E experts + the dense part)), GB/s and the fraction of
+    the device's peak where one is known."""
+    t_pass = statistics.median(times)
+    nbytes = layers * (e * expert_bytes + dense_bytes)
+    return {
+        "t_pass_s": t_pass,
+        "t_layer_s": t_pass / layers,
+        "t_pass_min_s": min(times),
+        "times_s": times,
+        "bytes": nbytes,
+        "expert_bytes": expert_bytes,
+        "dense_layer_bytes": dense_bytes,
+        "gbps": nbytes / t_pass / 1e9,
+        "bw_fraction": nbytes / t_pass / peak_bps if peak_bps else None,
+    }
+
+
+def pass_line(model: str, impl: str, rec: dict) -> str:
+    """One timed point as the benchmarks echo it."""
+    frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
+    return (
+        f"{model} {impl:<10} γ={rec['gamma']:<2} E={rec['E']:<3} {rec['t_pass_s'] * 1e3:9.3f} ms/pass "
+        f"{rec['t_layer_s'] * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
+    )
 
 
 def e_values(gamma: int, k: int, n: int, points: int, experts: Sequence[int] | None = None) -> list[int]:

@@ -14,14 +14,22 @@ small lm_head that the eager benchmark leaves out.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from ecospec.bench import KIND, RECORD_SUFFIX
-from ecospec.bench.passes import e_values, forced_indices, layer_bytes, random_init_, shapes, timed_in_rounds
+from ecospec.bench.passes import (
+    e_values,
+    forced_indices,
+    layer_bytes,
+    pass_line,
+    random_init_,
+    shapes,
+    timed_in_rounds,
+    timing_fields,
+)
 
 VOCAB = 256
 
@@ -104,8 +112,6 @@ def run_compiled(
 
             timings = timed_in_rounds([(one, forced(sets)) for _, sets in sweep], warmup, repeats, torch.device("cpu"))
             for (e, _), times in zip(sweep, timings, strict=True):
-                t_pass = statistics.median(times)
-                nbytes = layers * (e * expert_bytes + dense_bytes)
                 rec = {
                     "schema": 1,
                     "kind": KIND,
@@ -127,20 +133,12 @@ def run_compiled(
                     "attn_implementation": "compiled",
                     "prefix": prefix,
                     "compile_s": prepared.compile_s,
-                    "t_pass_s": t_pass,
-                    "t_layer_s": t_pass / layers,
-                    "t_pass_min_s": min(times),
-                    "times_s": times,
+                    **timing_fields(times, layers, e, expert_bytes, dense_bytes),
                     "repeats": repeats,
                     "warmup": warmup,
                     "timer": "perf_counter",
-                    "bytes": nbytes,
-                    "expert_bytes": expert_bytes,
-                    "dense_layer_bytes": dense_bytes,
-                    "gbps": nbytes / t_pass / 1e9,
                     "hbm_peak_bytes_per_s": None,
                     "peak_source": None,
-                    "bw_fraction": None,
                     "hardware": hw,
                     "device": "cpu",
                     "env": env,
@@ -149,8 +147,5 @@ def run_compiled(
                 write_json_atomic(where / f"compiled-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
                 records.append(rec)
                 if echo:
-                    echo(
-                        f"{model_cfg['name']} compiled   γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
-                        f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s"
-                    )
+                    echo(pass_line(model_cfg["name"], "compiled", rec))
     return records

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,17 @@ import torch
 
 from ecospec.analysis.hardware import HARDWARE
 from ecospec.bench import IMPLS, KIND, RECORD_SUFFIX, settings_problem
-from ecospec.bench.passes import WIDTHS, e_values, forced_indices, layer_bytes, random_init_, shapes, timed_in_rounds
+from ecospec.bench.passes import (
+    WIDTHS,
+    e_values,
+    forced_indices,
+    layer_bytes,
+    pass_line,
+    random_init_,
+    shapes,
+    timed_in_rounds,
+    timing_fields,
+)
 from ecospec.bench.verify_compiled import run_compiled
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -459,8 +468,6 @@ def run(
 
             timings = timed_in_rounds([(one, forced(sets)) for _, _, one, sets in sweep], warmup, repeats, device)
             for (gamma, e, _, _), times in zip(sweep, timings, strict=True):
-                t_pass = statistics.median(times)
-                nbytes = layers * (e * stack.expert_bytes + stack.dense_layer_bytes)
                 rec = {
                     "schema": 1,
                     "kind": KIND,
@@ -480,20 +487,12 @@ def run(
                     "dtype": str(dtype).removeprefix("torch."),
                     "attn_implementation": config._attn_implementation,
                     "prefix": prefix,
-                    "t_pass_s": t_pass,
-                    "t_layer_s": t_pass / layers,
-                    "t_pass_min_s": min(times),
-                    "times_s": times,
+                    **timing_fields(times, layers, e, stack.expert_bytes, stack.dense_layer_bytes, peak_bps),
                     "repeats": repeats,
                     "warmup": warmup,
                     "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
-                    "bytes": nbytes,
-                    "expert_bytes": stack.expert_bytes,
-                    "dense_layer_bytes": stack.dense_layer_bytes,
-                    "gbps": nbytes / t_pass / 1e9,
                     "hbm_peak_bytes_per_s": peak_bps,
                     "peak_source": peak_source,
-                    "bw_fraction": nbytes / t_pass / peak_bps if peak_bps else None,
                     "hardware": hw,
                     "device": str(device),
                     "env": env,
@@ -502,11 +501,7 @@ def run(
                 write_json_atomic(where / f"{impl}-g{gamma}-E{e}{RECORD_SUFFIX}", rec)
                 records.append(rec)
                 if echo:
-                    frac = f", {rec['bw_fraction']:.0%} of peak" if rec["bw_fraction"] else ""
-                    echo(
-                        f"{model['name']} {impl:<10} γ={gamma:<2} E={e:<3} {t_pass * 1e3:9.3f} ms/pass "
-                        f"{t_pass / layers * 1e3:8.3f} ms/layer {rec['gbps']:8.2f} GB/s{frac}"
-                    )
+                    echo(pass_line(model["name"], impl, rec))
     if "compiled" in engines:
         records += run_compiled(
             model,
