@@ -27,6 +27,7 @@ if "--spin" not in sys.argv:  # before torch: inductor reads it at import (--spi
     os.environ.setdefault("TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE", "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
@@ -46,6 +47,7 @@ from ecospec.tiny import load_tiny  # noqa: E402
 from ecospec.tiny.evaluate import humaneval_ids  # noqa: E402
 
 GAMMA, DEPTH, TOPK = 6, 3, 2
+TOKENS = 32  # new tokens a decode makes (--tokens)
 # (category, substrings of an op's name), first match wins; the pass's own self time is "host: Python"
 CATEGORY = (
     ("inductor's fused C++ kernels", ("cpp_fused",)),  # first: their names list the ops fused (bmm, sort, ...)
@@ -72,26 +74,44 @@ def category(name: str) -> str:
 
 
 class Scopes:
-    """Wraps an object's method so each call runs in a `record_function` scope named for its pass, and is timed."""
+    """Runs each pass in a `record_function` scope named for it, and times it."""
 
     def __init__(self):
         self.times: dict[str, list[float]] = defaultdict(list)
         self.units: dict[str, float] = defaultdict(float)  # passes per scope name (a draft step drafts several)
 
-    def wrap(self, obj, method: str, name, units=lambda *a, **k: 1):
+    def reset(self) -> None:
+        self.times.clear()
+        self.units.clear()
+
+    @contextlib.contextmanager
+    def scope(self, label: str, units: float = 1):
+        with torch.profiler.record_function(f"pass: {label}"):
+            t0 = time.perf_counter()
+            yield
+            self.times[label].append(time.perf_counter() - t0)
+        self.units[label] += units
+
+    def wrap(self, obj, method: str, label: str, units=lambda *a, **k: 1) -> None:
+        """Every call of `obj.method` in a scope `label`, counting `units(*args, **kwargs)` passes."""
         fn = getattr(obj, method)
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            label = name(*args, **kwargs) if callable(name) else name
-            with torch.profiler.record_function(f"pass: {label}"):
-                t0 = time.perf_counter()
-                out = fn(*args, **kwargs)
-                self.times[label].append(time.perf_counter() - t0)
-            self.units[label] += units(*args, **kwargs)
-            return out
+            with self.scope(label, units(*args, **kwargs)):
+                return fn(*args, **kwargs)
 
         setattr(obj, method, run)
+
+
+def chain(q: int) -> tuple[list[int], list[int], list[int]]:
+    """A q-token chain block for `CompiledTarget.verify`: fixed tokens, each node the child of the one before."""
+    return [7 + j for j in range(q)], [-1, *range(q - 1)], list(range(q))
+
+
+def verify_target(target, drafter, max_len: int):
+    """The target as an EcoSpec cell of γ = GAMMA prepares it, with a graph of its own for 2-token blocks."""
+    return prepare(target, gamma=GAMMA, max_len=max_len, hidden_layers=tuple(drafter.hidden_layers), sizes=(2,))
 
 
 def _walk(event, into: dict) -> None:
@@ -118,7 +138,7 @@ def run(prompts: int, tokens: int, rounds: int) -> dict:
     max_len = slots(max(p.shape[1] for p in ids) + tokens + GAMMA)  # as a cell prepares it
     t0 = time.perf_counter()
     ar = prepare(target, gamma=1, max_len=max_len)
-    sd = prepare(target, gamma=GAMMA, max_len=max_len, hidden_layers=tuple(drafter.hidden_layers), sizes=(2,))
+    sd = verify_target(target, drafter, max_len)
     head = prepare_drafter(drafter, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=max_len)
     pred = prepare_predictor(predictor, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=max_len)
     compile_s = time.perf_counter() - t0
@@ -127,7 +147,7 @@ def run(prompts: int, tokens: int, rounds: int) -> dict:
     scopes.wrap(head, "begin", "head pass", units=lambda *a, depth=None, **k: depth or DEPTH)
     scopes.wrap(head, "expand", "head pass", units=lambda *a, **k: 0)  # a step's levels count once, at begin
     scopes.wrap(pred, "predict", "predictor pass")
-    chain = {q: ([7 + j for j in range(q)], [-1, *range(q - 1)], list(range(q))) for q in (2, 6)}
+    blocks = {q: chain(q) for q in (2, 6)}
     sd.prefill(ids[0][0])
 
     def one_round():
@@ -137,21 +157,18 @@ def run(prompts: int, tokens: int, rounds: int) -> dict:
                 target, p, drafter=head, predictor=pred, selector="ecospec", gamma=GAMMA, depth=DEPTH, topk=TOPK,
                 max_new_tokens=tokens, engine=sd,
             )  # fmt: skip
-        for q, block in chain.items():
-            with torch.profiler.record_function(f"pass: verify, {q} tokens"):
-                t = time.perf_counter()
+        for q, block in blocks.items():
+            with scopes.scope(f"verify, {q} tokens"):
                 sd.verify(*block)  # nothing committed: every call verifies the same block
-                scopes.times[f"verify, {q} tokens"].append(time.perf_counter() - t)
-            scopes.units[f"verify, {q} tokens"] += 1
 
     with torch.inference_mode():
         one_round()  # warm
-        scopes.times.clear(), scopes.units.clear()
+        scopes.reset()
         for _ in range(rounds):
             one_round()
         timed = {k: sum(v) / scopes.units[k] for k, v in scopes.times.items()}
         calls = dict(scopes.units)
-        scopes.times.clear(), scopes.units.clear()
+        scopes.reset()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             one_round()
         units = dict(scopes.units)
@@ -173,14 +190,8 @@ def spin(q: int, seconds: float) -> None:
     torch.set_num_threads(1)
     target, tokenizer, drafter, _ = load_tiny()
     ids = humaneval_ids(tokenizer, 1)[0][0]
-    sd = prepare(
-        target,
-        gamma=GAMMA,
-        max_len=slots(ids.shape[0] + 32 + GAMMA),
-        hidden_layers=tuple(drafter.hidden_layers),
-        sizes=(2,),
-    )
-    block = ([7 + j for j in range(q)], [-1, *range(q - 1)], list(range(q)))
+    sd = verify_target(target, drafter, slots(ids.shape[0] + TOKENS + GAMMA))  # `run`'s graphs at its defaults
+    block = chain(q)
     with torch.inference_mode():
         sd.prefill(ids)
         for _ in range(100):
@@ -215,7 +226,7 @@ def markdown(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=TOKENS)
     ap.add_argument("--rounds", type=int, default=3, help="unprofiled rounds timed before the profiled one")
     ap.add_argument("--out", type=Path, default=None, help="write compiled_ops.json / .md there")
     ap.add_argument("--spin", type=int, choices=(1, 2, GAMMA), default=None, help="only run this step size's graph")
