@@ -23,7 +23,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from ecospec.analysis.cost import (
 )
 from ecospec.analysis.profiles import profiles_dir
 from ecospec.atomic import write_json
+from ecospec.bench.passes import timed
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
@@ -54,12 +54,7 @@ def read_bandwidth(nbytes: int, repeats: int = 7) -> float:
     `repeats` sums of a float32 tensor that size, after an untimed one (a pass's weights are read the same way)."""
     x = torch.ones(max(int(nbytes) // 4, 1))
     x.sum()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / statistics.median(times)
+    return x.numel() * 4 / statistics.median(timed(x.sum, x.device) for _ in range(repeats))
 
 
 def against_bytes(cfg, profile: VerifyProfile, layers: int) -> dict:
