@@ -7,7 +7,13 @@ import torch
 
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
 from ecospec.engine.routing import RoutingCapture
-from ecospec.engine.static_qwen3 import StaticQwen3
+from ecospec.engine.static_qwen3 import (
+    StaticQwen3,
+    attention_over_mask,
+    cpu_kernels,
+    experts_in_tensor_ops,
+    moe_experts,
+)
 from ecospec.engine.tree import ancestor_mask
 from ecospec.models.loading import tiny_model
 
@@ -47,6 +53,68 @@ def test_static_forward_matches_transformers(preset):
         torch.testing.assert_close(logits, ref.logits[0], atol=1e-5, rtol=1e-5)
         assert torch.equal(static.routes[:, : len(tokens)], ref_routes)
         assert torch.equal(logits.argmax(-1), ref.logits[0].argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("width", [64, 24])  # 64: the kernel's register tiles; 24: widths they do not divide
+def test_routed_experts_op_matches_transformers(dtype, width):
+    """`ecospec::moe_experts` (the C++ kernel on the CPU) and its tensor-op form for other devices give
+    transformers' expert loop's output for blocks of 1 to 9 tokens, experts shared between tokens or not, and an
+    expert named by every choice of several tokens."""
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    cpu_kernels()
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(
+        "ecospec::moe_experts", "CPU"
+    )  # the C++ kernel, not the fallback
+    cfg = Qwen3MoeConfig(hidden_size=width, moe_intermediate_size=width + 8, num_experts=12, hidden_act="silu")
+    experts = Qwen3MoeExperts(cfg).to(dtype)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) / 6)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    for t in (1, 2, 3, 6, 9):
+        x = torch.randn(t, width, generator=gen).to(dtype)
+        ids = torch.stack([torch.randperm(12, generator=gen)[:4] for _ in range(t)])
+        if t > 2:
+            ids[1] = ids[0]  # two tokens routed alike: each expert's rows for both in one pass
+        if t == 9:
+            ids[2:] = ids[2, 0]  # one expert for every choice of 7 tokens (as forced routing makes it): 28 slots
+        w = torch.rand(t, 4, generator=gen).to(dtype)
+        with torch.no_grad():
+            ref = experts(x, ids, w)
+            got = moe_experts(x, ids, w, experts.gate_up_proj, experts.down_proj)
+            torch.testing.assert_close(got, ref, **tol)
+            torch.testing.assert_close(
+                experts_in_tensor_ops(x, ids, w, experts.gate_up_proj, experts.down_proj), ref, **tol
+            )
+    with pytest.raises(RuntimeError, match="out of range"):
+        moe_experts(x, ids + 12, w, experts.gate_up_proj, experts.down_proj)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [32, 20])  # 32: the kernel's register tiles; 20: widths they do not divide
+def test_block_attention_op_matches_attention_over_a_mask(dtype, head_dim):
+    """`ecospec::block_attention` (the C++ kernel, which reads only the slots that hold keys) gives attention over
+    the whole static cache through the mask of the visible slots: blocks of 1 to 9 queries, a tree block, grouped
+    query heads, a block at the cache's start and one that ends at its last slot."""
+    cpu_kernels()
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("ecospec::block_attention", "CPU")
+    gen = torch.Generator().manual_seed(2)
+    slots = 40
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    for heads, kv in ((4, 2), (2, 1), (3, 3)):
+        k_cache = torch.randn(kv, slots, head_dim, generator=gen).to(dtype)
+        v_cache = torch.randn(kv, slots, head_dim, generator=gen).to(dtype)
+        for q_len, start in ((1, 0), (1, 17), (2, 9), (5, 20), (9, 31)):
+            q = torch.randn(q_len, heads, head_dim, generator=gen).to(dtype).transpose(0, 1)  # as the step makes it
+            tree = ancestor_mask([int(torch.randint(-1, j, (), generator=gen)) for j in range(q_len - 1)])
+            args = (q, k_cache, v_cache, torch.tensor(start), tree, head_dim**-0.5)
+            torch.testing.assert_close(torch.ops.ecospec.block_attention(*args), attention_over_mask(*args), **tol)
+    with pytest.raises(RuntimeError, match="overruns"):
+        torch.ops.ecospec.block_attention(q, k_cache, v_cache, torch.tensor(slots - 2), tree, 1.0)
 
 
 def test_static_forward_refuses_other_families():

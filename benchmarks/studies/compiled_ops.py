@@ -51,8 +51,8 @@ TOKENS = 32  # new tokens a decode makes (--tokens)
 # (category, substrings of an op's name), first match wins; the pass's own self time is "host: Python"
 CATEGORY = (
     ("inductor's fused C++ kernels", ("cpp_fused",)),  # first: their names list the ops fused (bmm, sort, ...)
-    ("attention (SDPA)", ("scaled_dot_product",)),
-    ("experts (ecospec::expert_mlp)", ("ecospec::expert_mlp",)),
+    ("attention (SDPA, ecospec::block_attention)", ("scaled_dot_product", "ecospec::block_attention")),
+    ("routed experts (ecospec::moe_experts)", ("ecospec::moe_experts",)),
     ("linear layers (mm, addmm, bmm)", ("mm_out", "addmm", "bmm")),
     ("routing: topk, sort, cumsum, scatter", ("topk", "sort", "cumsum", "scatter", "index_add")),
     ("compiled graph: wrapper and its inputs", ("## Call CompiledFxGraph",)),

@@ -6,10 +6,11 @@ block's slots its row of `tree` [q, q] marks. Everything a step needs comes in a
 `torch.compile(dynamic=False)` makes one graph per block size: the engine compiles q = 1 (the AR step) and q = γ
 (the verify step); the prefill runs the same code uncompiled.
 
-The MoE layer keeps the paper's cost inside the graph: token-slots are sorted by expert and one opaque op
-(`ecospec::expert_mlp`) multiplies each expert that has slots by its weights once, never once per token, looping
-over those experts only. Each MoE layer writes its top-k ids into `routes` [L_moe, max_len, k], a buffer allocated
-once (routing capture without hooks). Layer for layer the arithmetic of transformers' Qwen3-MoE modules.
+The MoE layer keeps the paper's cost inside the graph: one opaque op (`ecospec::moe_experts`) groups the block's
+token-slots by expert and multiplies each expert that has slots by its weights once, never once per token, looping
+over those experts only; every block size, one token included, runs through it. Each MoE layer writes its top-k
+ids into `routes` [L_moe, max_len, k], a buffer allocated once (routing capture without hooks). Layer for layer
+the arithmetic of transformers' Qwen3-MoE modules.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ecospec.cache import cache_root
 from ecospec.engine.graphs import visible_slots
 from ecospec.models.adapters import moe_info
 
-KERNEL_SOURCE = Path(__file__).parent / "kernels" / "expert_mlp.cpp"
+KERNELS = [Path(__file__).parent / "kernels" / name for name in ("moe_experts.cpp", "block_attention.cpp")]
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -54,22 +55,23 @@ def _cpu_key() -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-_KERNEL: list = []  # the C++ loop (kernels/expert_mlp.cpp) once built, or the reason it could not be
+_KERNEL: list = []  # the C++ kernels (`KERNELS`) once built, or the reason they could not be
 
 
-def expert_kernel():
-    """The C++ expert loop, built once into `$ECOSPEC_CACHE/torch_extensions` (the first call compiles it) and loaded
-    from there after; raises with the reason where it cannot be built (no C++ compiler, no ninja)."""
+def cpu_kernels():
+    """The CPU kernels of the ops below, built once into `$ECOSPEC_CACHE/torch_extensions` (the first call compiles
+    them) and loaded from there after; raises with the reason where they cannot be built (no C++ compiler, no
+    ninja)."""
     if not _KERNEL:
         from torch.utils.cpp_extension import load
 
-        where = cache_root() / "torch_extensions" / f"expert_mlp-{_cpu_key()}"  # -march=native: one build per CPU
+        where = cache_root() / "torch_extensions" / f"kernels-{_cpu_key()}"  # -march=native: one build per CPU
         where.mkdir(parents=True, exist_ok=True)
         try:
             _KERNEL.append(
                 load(
-                    "ecospec_expert_mlp",
-                    [str(KERNEL_SOURCE)],
+                    "ecospec_kernels",
+                    [str(path) for path in KERNELS],
                     build_directory=str(where),
                     extra_cflags=["-O3", "-march=native", "-fopenmp-simd"],
                     verbose=False,
@@ -78,42 +80,75 @@ def expert_kernel():
         except Exception as err:  # noqa: BLE001 - any build failure is reported as the reason
             _KERNEL.append(err)
     if isinstance(_KERNEL[0], Exception):
-        raise RuntimeError(f"the compiled engine's expert kernel could not be built: {_KERNEL[0]}")
+        raise RuntimeError(f"the compiled engine's CPU kernels could not be built: {_KERNEL[0]}")
     return _KERNEL[0]
 
 
-torch.library.define("ecospec::expert_mlp", "(Tensor x, Tensor gate_up, Tensor down, Tensor offs) -> Tensor")
-# SwiGLU experts over token-slots sorted by expert: x [T, H], gate_up [N, 2I, H], down [N, H, I], offs [N] cumulative
-# slots per expert -> [T, H]. An opaque op for the compiler whose CPU kernel is C++ (`expert_kernel()` registers it):
-# one pass over the experts that have slots, each one's weights read once (torch's grouped GEMM has a bf16-only fake
-# kernel and visits every group). Declared here and implemented in C++, so that the compiled step's C++ wrapper
-# calls it through the dispatcher: a Python custom op cost a trip through Python per MoE layer and pass.
+torch.library.define(
+    "ecospec::moe_experts", "(Tensor x, Tensor ids, Tensor weights, Tensor gate_up, Tensor down) -> Tensor"
+)
+# One MoE layer's routed SwiGLU experts: x [T, H], ids / weights [T, k], gate_up [N, 2I, H], down [N, H, I] -> [T, H].
+# An opaque op for the compiler whose CPU kernel is C++ (`cpu_kernels()` registers it): it groups the token-slots
+# by expert, runs each expert that has slots once (its weights read once, never once per token) and sums each
+# token's weighted outputs in ascending expert order, as transformers' expert loop does. One op a layer, whatever the
+# block size: a sorted-slot path written in ATen ops (argsort, scatter, cumsum, index_add) cost more than the
+# experts' arithmetic, and the C++ wrapper calls the op through the dispatcher, with no trip through Python.
 
 
-@torch.library.register_fake("ecospec::expert_mlp")
-def _(x, gate_up, down, offs):
-    return x.new_empty(x.shape[0], down.shape[1])
+@torch.library.register_fake("ecospec::moe_experts")
+def _(x, ids, weights, gate_up, down):
+    return torch.empty_like(x)
+
+
+def experts_in_tensor_ops(x, ids, weights, gate_up, down) -> torch.Tensor:
+    """Any device without a kernel of its own (a GPU): the same experts in tensor ops, each token-slot reading
+    its expert's weights (no host read of the routing, so a graph can be captured)."""
+    gate, up = torch.einsum("th,tkoh->tko", x, gate_up[ids]).chunk(2, dim=-1)
+    h = torch.einsum("tki,tkhi->tkh", F.silu(gate) * up, down[ids]) * weights[..., None]
+    order = torch.argsort(ids, dim=-1)  # ascending experts, as the CPU kernel and transformers sum them
+    return h.gather(1, order[..., None].expand_as(h)).sum(1).to(x.dtype)
+
+
+torch.library.impl("ecospec::moe_experts", "CompositeExplicitAutograd")(experts_in_tensor_ops)
+
+
+torch.library.define(
+    "ecospec::block_attention",
+    "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor start, Tensor tree, float scale) -> Tensor",
+)
+# A block's attention over a static cache: q [Hq, Q, D] at slots start .. start + Q - 1, caches [Hkv, S, D] (keys
+# and values already written), query i seeing every slot before `start` and the block's slots its row of `tree`
+# [Q, Q] marks -> [Hq, Q, D]. The CPU kernel (C++) reads only the start + Q slots that hold keys; attention through
+# a mask over the whole static cache scored every slot, empty ones included, for every query.
+
+
+@torch.library.register_fake("ecospec::block_attention")
+def _(q, k_cache, v_cache, start, tree, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def attention_over_mask(q, k_cache, v_cache, start, tree, scale) -> torch.Tensor:
+    """Any device without a kernel of its own (a GPU): attention over every cache slot through a mask of the
+    visible ones, with no host read of `start`."""
+    slot_ids = torch.arange(k_cache.shape[1], device=q.device)
+    visible = visible_slots(slot_ids, start, tree)
+    out = F.scaled_dot_product_attention(
+        q[None],
+        k_cache[None],
+        v_cache[None],
+        attn_mask=visible[None, None],
+        scale=scale,
+        enable_gqa=q.shape[0] != k_cache.shape[0],
+    )
+    return out[0]
+
+
+torch.library.impl("ecospec::block_attention", "CompositeExplicitAutograd")(attention_over_mask)
 
 
 def moe_experts(x, ids, weights, gate_up, down) -> torch.Tensor:
-    """Routed experts of one layer: x [T, H], ids / weights [T, k], gate_up [N, 2I, H], down [N, H, I] -> [T, H].
-
-    Token-slots sorted by expert, one pass over the experts with slots (`expert_mlp`): each is read once.
-    Contributions are summed per token in ascending expert order, as transformers' expert loop does."""
-    t, k = ids.shape
-    if t == 1:  # one token (the AR step): its k experts are distinct, so gathering them reads each once, in-graph
-        ids, order = torch.sort(ids[0])
-        gate, up = torch.einsum("h,koh->ko", x[0], gate_up[ids]).chunk(2, dim=-1)
-        h = torch.einsum("ki,khi->kh", F.silu(gate) * up, down[ids]) * weights[0, order, None]
-        return h.sum(0, keepdim=True).to(x.dtype)
-    n = gate_up.shape[0]
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    token = order // k
-    counts = torch.zeros(n, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
-    h = torch.ops.ecospec.expert_mlp(x[token], gate_up, down, torch.cumsum(counts, 0))
-    h = h * weights.reshape(-1)[order, None]
-    return torch.zeros_like(x).index_add_(0, token, h.to(x.dtype))
+    """Routed experts of one layer: x [T, H], ids / weights [T, k], gate_up [N, 2I, H], down [N, H, I] -> [T, H]."""
+    return torch.ops.ecospec.moe_experts(x, ids, weights, gate_up, down)
 
 
 class StaticQwen3(nn.Module):
@@ -135,7 +170,7 @@ class StaticQwen3(nn.Module):
             raise ValueError(f"the compiled engine supports Qwen3-MoE targets only, got {info.family}")
         if cfg.hidden_act != "silu":
             raise ValueError(f"the compiled engine's experts are SwiGLU, not hidden_act {cfg.hidden_act!r}")
-        expert_kernel()  # the expert op's CPU kernel, registered before any step is traced
+        cpu_kernels()  # the ops' CPU kernels, registered before any step is traced
         model = target.model
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -170,7 +205,7 @@ class StaticQwen3(nn.Module):
         self.norm_eps = model.norm.variance_epsilon
         self.attn_scaling = model.layers[0].self_attn.scaling
 
-    def _attention(self, w: dict, i: int, x, cos, sin, slots, mask):
+    def _attention(self, w: dict, i: int, x, cos, sin, slots, start, tree):
         q_len = x.shape[0]
         heads = lambda name: F.linear(x, w[name], w[f"{name}_bias"]).view(q_len, -1, self.head_dim)  # noqa: E731
         q = _rms(heads("q"), w["q_norm"], w["q_eps"]).transpose(0, 1)
@@ -181,15 +216,8 @@ class StaticQwen3(nn.Module):
         k_cache, v_cache = self.k_cache[i], self.v_cache[i]
         k_cache.index_copy_(1, slots, k)
         v_cache.index_copy_(1, slots, v)
-        out = F.scaled_dot_product_attention(
-            q[None],
-            k_cache[None],
-            v_cache[None],
-            attn_mask=mask,
-            scale=self.attn_scaling,
-            enable_gqa=self.n_heads != self.n_kv,
-        )
-        return F.linear(out[0].transpose(0, 1).reshape(q_len, -1), w["o"], w["o_bias"])
+        out = torch.ops.ecospec.block_attention(q, k_cache, v_cache, start, tree, self.attn_scaling)
+        return F.linear(out.transpose(0, 1).reshape(q_len, -1), w["o"], w["o_bias"])
 
     def _mlp(self, w: dict, moe_index: int | None, x, routes: list):
         if moe_index is None:
@@ -217,20 +245,16 @@ class StaticQwen3(nn.Module):
         head = self.head_weights
         q = tokens.shape[0]
         slots = start + self.slot_ids[:q]
-        visible = visible_slots(self.slot_ids, start, tree)
         x = F.embedding(tokens, head["embed"])
         freqs = pos[:, None].float() * self.inv_freq[None]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos = (emb.cos() * self.attention_scaling).to(x.dtype)[None]
         sin = (emb.sin() * self.attention_scaling).to(x.dtype)[None]
-        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill(
-            ~visible, torch.finfo(x.dtype).min
-        )[None, None]
         hidden = {0: x} if 0 in self.hidden_layers else {}
         routes = []  # each MoE layer's top-k ids [q, k], written to the routes buffer at once
         for i, w in enumerate(self.weights):
             h = _rms(x, w["ln1"], w["ln1_eps"])
-            x = x + self._attention(w, i, h, cos, sin, slots, mask)
+            x = x + self._attention(w, i, h, cos, sin, slots, start, tree)
             h = _rms(x, w["ln2"], w["ln2_eps"])
             x = x + self._mlp(w, self.moe_index.get(i), h, routes)
             if i + 1 in self.hidden_layers and i + 1 < self.num_layers:

@@ -1,0 +1,115 @@
+// The compiled engine's attention on the CPU (ecospec::block_attention, engine/static_qwen3.py): a block of Q
+// queries written at cache slots start .. start + Q - 1 attends to the committed slots before `start` and to the
+// block's slots its row of `tree` [Q, Q] marks, and to nothing after them.
+//
+// In C++ because the static cache has a fixed number of slots, and scaled_dot_product_attention over a materialised
+// mask reads and scores every one of them, the empty ones included, for every query: this kernel reads only the
+// start + Q slots that hold keys, once for all the queries of a key-value head (grouped-query attention), scores
+// them in register tiles (simd.h) and sums the values in one pass per query.
+#include <torch/extension.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "simd.h"
+
+namespace {
+
+using namespace ecospec;
+
+// One key-value head's rows: q [n, D] (n = heads of the group × Q, head-major), k / v [L, D] (L = start + Q)
+// -> out [n, D]; p is scratch [n, L].
+template <typename T>
+void attend(const T* q, const T* k, const T* v, int64_t n, int64_t Q, int64_t L, int64_t D, int64_t start,
+            const bool* tree, T scale, T* out, T* p) {
+  bool tiled = false;
+  if constexpr (std::is_same_v<T, float>) tiled = D % kLanes == 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiled) rows_times(q, n, k, L, D, p, L);
+  }
+  if (!tiled)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < L; ++j) {
+        T acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += q[r * D + d] * k[j * D + d];
+        p[r * L + j] = acc;
+      }
+  for (int64_t r = 0; r < n; ++r) {
+    T* row = p + r * L;
+    const bool* sees = tree + (r % Q) * Q;
+    T most = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < L; ++j) {
+      row[j] = j < start || sees[j - start] ? row[j] * scale : -std::numeric_limits<T>::infinity();
+      most = row[j] > most ? row[j] : most;
+    }
+    T total = 0;
+    int64_t j = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      vf sum = {};
+      for (; j + kLanes <= L; j += kLanes) {
+        vf e = vexp(load(row + j) - most);
+        e = load(row + j) == -std::numeric_limits<float>::infinity() ? vf{} : e;
+        store(row + j, e);
+        sum += e;
+      }
+      for (int l = 0; l < kLanes; ++l) total += sum[l];
+    }
+    for (; j < L; ++j) {
+      row[j] = std::exp(row[j] - most);
+      total += row[j];
+    }
+    T* o = out + r * D;
+    for (int64_t d = 0; d < D; ++d) o[d] = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      if (tiled) {
+        for (int64_t d = 0; d < D; d += 4 * kLanes) {  // four vectors of the output at a time
+          const int64_t w = std::min<int64_t>(4, (D - d) / kLanes);
+          vf acc[4] = {};
+          for (int64_t t = 0; t < L; ++t) {
+            const float pt = row[t];
+            for (int c = 0; c < w; ++c) acc[c] += pt * load(v + t * D + d + c * kLanes);
+          }
+          for (int c = 0; c < w; ++c) store(o + d + c * kLanes, acc[c] / total);
+        }
+        continue;
+      }
+    }
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t d = 0; d < D; ++d) o[d] += row[t] * v[t * D + d];
+    for (int64_t d = 0; d < D; ++d) o[d] /= total;
+  }
+}
+
+}  // namespace
+
+// q [Hq, Q, D], k_cache / v_cache [Hkv, S, D], start [] long, tree [Q, Q] bool -> [Hq, Q, D].
+at::Tensor block_attention(const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& start_in, const at::Tensor& tree_in, double scale) {
+  TORCH_CHECK(q_in.device().is_cpu(), "ecospec::block_attention runs on the CPU");
+  const int64_t hq = q_in.size(0), Q = q_in.size(1), D = q_in.size(2), hkv = k_cache.size(0), S = k_cache.size(1);
+  TORCH_CHECK(hq % hkv == 0, "ecospec::block_attention: ", hq, " query heads over ", hkv, " key-value heads");
+  const int64_t start = start_in.item<int64_t>(), L = start + Q;
+  TORCH_CHECK(start >= 0 && L <= S, "ecospec::block_attention: a block at slot ", start, " overruns ", S, " slots");
+  const auto dtype = q_in.scalar_type();
+  const bool native = dtype == at::kFloat || dtype == at::kDouble;  // half precisions: computed in float
+  const auto work = native ? dtype : at::kFloat;
+  auto q = q_in.to(work).contiguous();
+  auto k = k_cache.slice(1, 0, L).to(work);  // the cache itself where it is in the working dtype: no copy
+  auto v = v_cache.slice(1, 0, L).to(work);
+  if (k.stride(2) != 1 || k.stride(1) != D) k = k.contiguous();
+  if (v.stride(2) != 1 || v.stride(1) != D) v = v.contiguous();
+  auto tree = tree_in.to(at::kBool).contiguous();
+  auto out = at::empty({hq, Q, D}, q.options());
+  const int64_t group = hq / hkv, n = group * Q;
+  AT_DISPATCH_FLOATING_TYPES(work, "block_attention", [&] {
+    std::vector<scalar_t> p(n * L);
+    for (int64_t g = 0; g < hkv; ++g)
+      attend<scalar_t>(q.data_ptr<scalar_t>() + g * n * D, k.data_ptr<scalar_t>() + g * k.stride(0),
+                       v.data_ptr<scalar_t>() + g * v.stride(0), n, Q, L, D, start, tree.data_ptr<bool>(),
+                       static_cast<scalar_t>(scale), out.data_ptr<scalar_t>() + g * n * D, p.data());
+  });
+  return native ? out : out.to(dtype);
+}
+
+TORCH_LIBRARY_IMPL(ecospec, CPU, m) { m.impl("block_attention", &block_attention); }
