@@ -47,7 +47,7 @@ SOURCES = [
     ("We couldn't connect to", "transformers", "utils/hub.py"),
     ("engine=compiled needs a C++ compiler for torch inductor, none works here (", OURS, "engine/compiled.py"),
     (
-        "engine=compiled needs ninja to build its expert kernel, none found here; pip install ninja",
+        "engine=compiled needs ninja to build its CPU kernels, none found here; pip install ninja",
         OURS,
         "engine/compiled.py",
     ),

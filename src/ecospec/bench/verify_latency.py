@@ -404,7 +404,7 @@ def run(
     if not engines or set(engines) - {"eager", "compiled"}:
         raise ValueError(f"engines={list(engines)!r}: a non-empty list from eager, compiled")
     if "compiled" in engines and torch.device(device).type != "cpu":
-        raise ValueError("--engine compiled: the compiled engine's expert kernel is a CPU one; no GPU has run it yet")
+        raise ValueError("--engine compiled: the compiled engine's ops have CPU kernels only; no GPU has run it yet")
     from ecospec.experiment.records import environment, hardware, now, write_json_atomic
 
     settings = {

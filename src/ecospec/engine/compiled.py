@@ -37,7 +37,7 @@ def refusal(target, drafter=None, expert_budget=None) -> str | None:
 
 
 def toolchain_missing() -> str | None:
-    """What inductor's CPU backend and the expert kernel lack here (a C++ compiler, ninja), or None."""
+    """What inductor's CPU backend and the engine's CPU kernels lack here (a C++ compiler, ninja), or None."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
@@ -49,7 +49,7 @@ def toolchain_missing() -> str | None:
     from torch.utils import cpp_extension
 
     if not cpp_extension.is_ninja_available():
-        return "engine=compiled needs ninja to build its expert kernel, none found here; pip install ninja"
+        return "engine=compiled needs ninja to build its CPU kernels, none found here; pip install ninja"
     return None
 
 

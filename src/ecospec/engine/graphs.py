@@ -20,7 +20,7 @@ _INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def inductor_cache() -> str:
-    """Point inductor's artefacts at `$ECOSPEC_CACHE/inductor` (beside the expert kernel) unless the user chose a
+    """Point inductor's artefacts at `$ECOSPEC_CACHE/inductor` (beside the CPU kernels) unless the user chose a
     directory; returns the one in use. Torch writes its default (under the temporary directory) into the variable the
     first time anything imports `torch._inductor`, so that default counts as not chosen. Its precompiled headers go
     to that default whatever the variable says (a module constant): they follow the chosen directory too, so that a
