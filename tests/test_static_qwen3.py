@@ -12,7 +12,6 @@ from ecospec.engine.static_qwen3 import (
     attention_over_mask,
     cpu_kernels,
     experts_in_tensor_ops,
-    moe_experts,
 )
 from ecospec.engine.tree import ancestor_mask
 from ecospec.models.loading import tiny_model
@@ -85,13 +84,13 @@ def test_routed_experts_op_matches_transformers(dtype, width):
         w = torch.rand(t, 4, generator=gen).to(dtype)
         with torch.no_grad():
             ref = experts(x, ids, w)
-            got = moe_experts(x, ids, w, experts.gate_up_proj, experts.down_proj)
+            got = torch.ops.ecospec.moe_experts(x, ids, w, experts.gate_up_proj, experts.down_proj)
             torch.testing.assert_close(got, ref, **tol)
             torch.testing.assert_close(
                 experts_in_tensor_ops(x, ids, w, experts.gate_up_proj, experts.down_proj), ref, **tol
             )
     with pytest.raises(RuntimeError, match="out of range"):
-        moe_experts(x, ids + 12, w, experts.gate_up_proj, experts.down_proj)
+        torch.ops.ecospec.moe_experts(x, ids + 12, w, experts.gate_up_proj, experts.down_proj)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

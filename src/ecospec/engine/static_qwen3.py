@@ -146,11 +146,6 @@ def attention_over_mask(q, k_cache, v_cache, start, tree, scale) -> torch.Tensor
 torch.library.impl("ecospec::block_attention", "CompositeExplicitAutograd")(attention_over_mask)
 
 
-def moe_experts(x, ids, weights, gate_up, down) -> torch.Tensor:
-    """Routed experts of one layer: x [T, H], ids / weights [T, k], gate_up [N, 2I, H], down [N, H, I] -> [T, H]."""
-    return torch.ops.ecospec.moe_experts(x, ids, weights, gate_up, down)
-
-
 class StaticQwen3(nn.Module):
     """A Qwen3-MoE target over a static KV cache (batch 1). Buffers: `k_cache` / `v_cache`, one [Hkv, max_len, D]
     tensor per layer, `routes` [L_moe, max_len, k]. Call `forward(tokens [q], pos [q], start [] long, tree [q, q]
@@ -231,7 +226,7 @@ class StaticQwen3(nn.Module):
         if self.norm_topk:
             top = top / top.sum(dim=-1, keepdim=True)
         routes.append(ids)
-        return moe_experts(x, ids, top.to(x.dtype), w["gate_up"], w["down"])
+        return torch.ops.ecospec.moe_experts(x, ids, top.to(x.dtype), w["gate_up"], w["down"])
 
     def compact(self, src, start):
         """Rows start + src[j] of every layer's cache to rows start + j ([γ] `src`: the accepted path, then

@@ -24,17 +24,11 @@ template <typename T>
 void attend(const T* q, const T* k, const T* v, int64_t n, int64_t Q, int64_t L, int64_t D, int64_t start,
             const bool* tree, T scale, T* out, T* p) {
   bool tiled = false;
-  if constexpr (std::is_same_v<T, float>) tiled = D % kLanes == 0;
   if constexpr (std::is_same_v<T, float>) {
+    tiled = D % kLanes == 0;
     if (tiled) rows_times(q, n, k, L, D, p, L);
   }
-  if (!tiled)
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < L; ++j) {
-        T acc = 0;
-        for (int64_t d = 0; d < D; ++d) acc += q[r * D + d] * k[j * D + d];
-        p[r * L + j] = acc;
-      }
+  if (!tiled) rows_times_plain<T>(q, n, k, L, D, p);
   for (int64_t r = 0; r < n; ++r) {
     T* row = p + r * L;
     const bool* sees = tree + (r % Q) * Q;

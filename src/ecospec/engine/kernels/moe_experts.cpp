@@ -33,21 +33,6 @@ void swiglu(const float* h, int64_t s, int64_t inter, float* act) {
 }
 
 template <typename T>
-inline T dot_plain(const T* a, const T* b, int64_t n) {
-  T acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-// The same products by plain dot products: double precision, and widths the tiles do not divide.
-template <typename T>
-void rows_times_plain(const T* x, int64_t s, const T* w, int64_t rows, int64_t k, T* y) {
-  for (int64_t o = 0; o < rows; ++o)
-    for (int64_t r = 0; r < s; ++r) y[r * rows + o] = dot_plain(x + r * k, w + o * k, k);
-}
-
-template <typename T>
 void swiglu_plain(const T* h, int64_t s, int64_t inter, T* act) {
   for (int64_t r = 0; r < s; ++r)
     for (int64_t o = 0; o < inter; ++o) {

@@ -73,6 +73,22 @@ inline void rows_times(const float* x, int64_t s, const float* w, int64_t rows, 
     for (int64_t o = full; o < rows; ++o) y[r * ldy + o] = dot(x + r * k, w + o * k, k);
 }
 
+// The same products by plain dot products, for any element type (double precision) and widths the tiles do not
+// divide: y [s, rows] = x [s, k] · w [rows, k]ᵀ.
+template <typename T>
+inline T dot_plain(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+template <typename T>
+void rows_times_plain(const T* x, int64_t s, const T* w, int64_t rows, int64_t k, T* y) {
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t r = 0; r < s; ++r) y[r * rows + o] = dot_plain(x + r * k, w + o * k, k);
+}
+
 // exp on a vector: 2^n · e^f with n = round(x / ln 2) and |f| <= ln 2 / 2, e^f by its Taylor series to degree 7
 // (relative error below float's rounding), x clamped to float's range (so exp(-inf) is about 1e-38, not 0).
 inline vf vexp(vf x) {
