@@ -244,9 +244,9 @@ def test_compiled_engine_with_an_eagle3_head():
 
 @pytest.mark.compiled
 def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
-    """With a graph per block size (`prepare(sizes=...)`), a 2-token block runs the 2-token graph: on the release
-    it costs less than a 6-token block (median of 30 passes each, interleaved), and its logits equal what the
-    6-token graph (with 4 padding dummies) gives for the same 2 tokens."""
+    """With a graph per block size (`prepare(sizes=...)`; those between 1 and γ with a lean wrapper), a 2-token block
+    runs the 2-token graph: on the release it costs less than a 6-token block (median of 30 passes each,
+    interleaved), and its logits equal what the 6-token graph (with 4 padding dummies) gives for the same 2 tokens."""
     import statistics
     import time
 
@@ -259,6 +259,7 @@ def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
     padded = prepare(target, gamma=6, max_len=512)
     sized = prepare(target, gamma=6, max_len=512, sizes=(2,))
     assert sized.sizes == (1, 2, 6) and padded.sizes == (1, 6)
+    assert sorted(sized.steps) == [1, 2, 6] and sorted(padded.steps) == [1, 6]  # a graph each, 2's wrapper lean
     ids = torch.arange(3, 40)
     blocks = {2: ([5, 6], [-1, 0], [0, 1]), 6: ([5, 6, 7, 8, 9, 10], [-1, 0, 1, 0, 3, 0], [0, 1, 2, 1, 2, 1])}
     times = {2: [], 6: []}

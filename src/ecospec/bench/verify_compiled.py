@@ -91,8 +91,8 @@ def run_compiled(
             start = torch.tensor(prefix)
             tree = torch.ones(gamma, gamma, dtype=torch.bool).tril()
 
-            def one(tokens=tokens, pos=pos, start=start, tree=tree, prepared=prepared):
-                return prepared.step(tokens, pos, start, tree)
+            def one(tokens=tokens, pos=pos, start=start, tree=tree, prepared=prepared, gamma=gamma):
+                return prepared.steps[gamma](tokens, pos, start, tree)
 
             sweep = []  # (E, its forced ids: the check's, then one per call)
             for e in [k] if gamma == 1 else e_values(gamma, k, n, points, experts):

@@ -1,12 +1,13 @@
-"""The compiled engine's target: `StaticQwen3` compiled by inductor in two block shapes, prepared once per cell.
+"""The compiled engine's target: `StaticQwen3` compiled by inductor, one graph per block size, prepared once per cell.
 
     prepared = prepare(target, gamma=6, max_len=512, hidden_layers=drafter.hidden_layers)
     ecospec.generate(target, ids, drafter=..., engine=prepared)       # or engine="compiled": prepared per call
 
 A `CompiledTarget` holds the KV cache (allocated once for the cell's longest sequence), the step buffers (tokens,
-positions, tree mask: allocated once, filled on the host) and the compiled step, which has one graph for the AR step
-(q = 1) and one for the verify step (q = γ; a block with fewer tokens is padded with dummies that see only
-themselves and that nothing sees). The prefill and the oracle's look-up pass run the same forward uncompiled.
+positions, tree mask: allocated once, filled on the host) and the compiled steps, one graph per block size: the AR
+step (q = 1), the verify step (q = γ; a block with fewer tokens is padded with dummies that see only themselves and
+that nothing sees) and the sizes in between that a method asks for, whose wrappers are built lean (they run rarely:
+`graphs.compile_method`). The prefill and the oracle's look-up pass run the same forward uncompiled.
 Accepted paths are compacted onto the prefix in place (one small compiled call for all layers). Inductor's
 artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles from disk. Written with no host read inside
 a step, so a GPU can capture the two shapes as CUDA graphs later (not done: no GPU has run it).
@@ -60,7 +61,7 @@ class CompiledTarget:
 
     target: object
     static: StaticQwen3
-    step: object
+    steps: dict  # block size -> its compiled step
     gamma: int
     max_len: int
     hidden_layers: tuple[int, ...]
@@ -130,7 +131,7 @@ class CompiledTarget:
             buf_tree.copy_(self._eye[size])
             buf_tree[:q, :q] = ancestor_mask([p - 1 for p in parents[1:]])
         self._start.fill_(self.length)
-        logits, feats = self.step(buf_tokens, buf_pos, self._start, buf_tree)
+        logits, feats = self.steps[size](buf_tokens, buf_pos, self._start, buf_tree)
         self.routes.append(self.static.routes[:, :q].clone())
         return logits[:q], None if feats is None else feats[None, :q]
 
@@ -183,15 +184,15 @@ def prepare(
     if reason:
         raise ValueError(reason)
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
-    step = compile_method(static, StaticQwen3.forward)
     compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
     prepared = CompiledTarget(
-        target, static, step, gamma, max_len, tuple(hidden_layers), compact_step, sizes=tuple(sizes)
+        target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step, sizes=tuple(sizes)
     )
     t0 = time.perf_counter()
     with torch.inference_mode():
         for q in prepared.sizes:  # one call per shape compiles it (from disk when inductor's cache has it)
-            step(prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
+            prepared.steps[q] = compile_method(static, StaticQwen3.forward, lean=q not in (1, gamma))
+            prepared.steps[q](prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
         if compact_step is not None:
             compact_step(prepared._src, prepared._start)  # the identity: moves nothing
     prepared.compile_s = time.perf_counter() - t0

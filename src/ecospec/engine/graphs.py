@@ -38,12 +38,14 @@ def inductor_cache() -> str:
     return chosen
 
 
-def compile_method(obj, fn):
+def compile_method(obj, fn, *, lean: bool = False):
     """`fn` bound to `obj` on a code object of its own, compiled (fullgraph, no dynamic shapes, C++ wrapper).
 
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
     them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
-    share one."""
+    share one. `lean`: for a shape that runs rarely, the wrapper (only calls) is built apart from the kernels, at
+    -O1 beside their -O3: several times cheaper to build cold, a little slower per call (docs/engine.md, "Cold
+    start")."""
     inductor_cache()
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
@@ -51,7 +53,11 @@ def compile_method(obj, fn):
         types.MethodType(own, obj),
         dynamic=False,
         fullgraph=True,
-        options={"cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},
+        options={
+            "cpp_wrapper": True,
+            "cpp_wrapper_build_separate": lean,
+            "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+        },
     )
 
 
