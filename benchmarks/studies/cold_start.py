@@ -8,8 +8,8 @@ comes from the release, as in a fresh clone).
 `--wrapper`: how each graph's C++ wrapper is built, one child per value in that order (`joint`: every graph's with
 its kernels in one -O3 build, torch's way; `engine`: the engine's rule, lean for the block sizes between 1 and γ:
 `graphs.compile_method`). Each child then times each block size's verify step (median of `--calls` calls after a
-300-token prefill), so that a cheaper build that slows a step shows. One torch thread; inductor compiles with its
-default worker count.
+300-token prefill, the sizes in rounds), so that a cheaper build that slows a step shows. One torch thread; inductor
+compiles with its default worker count.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,10 +28,12 @@ HERE = Path(__file__).resolve()
 
 
 def child(method: str, wrapper: str, calls: int) -> dict:
-    """Run in the child: prepare every graph of a `method` cell cold, timed part by part, then time two steps."""
+    """Run in the child: prepare every graph of a `method` cell cold, timed part by part, then time each block size's
+    step in rounds (`bench.passes.timed_in_rounds`)."""
     import torch
 
     import ecospec.methods
+    from ecospec.bench.passes import timed_in_rounds
     from ecospec.components import load_build
     from ecospec.engine import compiled, graphs, static_qwen3
     from ecospec.engine.compiled import prepare
@@ -75,16 +78,13 @@ def child(method: str, wrapper: str, calls: int) -> dict:
     out["graphs_s"] = round(sum(out["parts"].values()), 1)
     with torch.inference_mode():
         sd.prefill(torch.randint(0, target.config.vocab_size, (300,)))
+        points = []
         for q in sd.sizes:
             args = (list(range(5, 5 + q)), [-1, *range(q - 1)], list(range(q)))
-            times = []
-            for i in range(calls + 20):
-                t0 = time.perf_counter()
-                sd.verify(*args)
-                if i >= 20:
-                    times.append(time.perf_counter() - t0)
-                sd.routes = []
-            out[f"step_q{q}_ms"] = round(sorted(times)[len(times) // 2] * 1e3, 3)
+            points.append((lambda args=args: sd.verify(*args), lambda i: setattr(sd, "routes", [])))
+        times = timed_in_rounds(points, warmup=20, repeats=calls, device=torch.device("cpu"))
+    for q, ts in zip(sd.sizes, times, strict=True):
+        out[f"step_q{q}_ms"] = round(statistics.median(ts) * 1e3, 3)
     return out
 
 
