@@ -345,7 +345,8 @@ def test_engine_knob_identity_and_refusals():
 @pytest.mark.compiled
 def test_compiled_cell_decodes_as_the_eager_one(cell):
     """A cell with engine=compiled (and its interleaved EAGLE-3) gives the eager cell's tokens, α and E per prompt
-    (float64: no reduction-order flips), records its engine and warm-up, and keeps the warm-up out of its timings."""
+    (float64: no reduction-order flips), records its engine and warm-up (one prepared target: the AR baseline runs on
+    its AR graph), and keeps the warm-up out of its timings."""
     runs = {}
     for engine in ("eager", "compiled"):
         cfg, cell_dir = cell("model.dtype=float64", f"engine={engine}", "interleave=[eagle3]")
@@ -364,7 +365,8 @@ def test_compiled_cell_decodes_as_the_eager_one(cell):
         ]
         assert compiled["summary"]["matches_ar"] == 1.0
         env = compiled["env"]
-        assert env["engine"] == "compiled" and env["compile_s"] > 0 and [1, 512] in env["compiled_shapes"]
+        assert env["engine"] == "compiled" and env["compile_s"] > 0
+        assert [slots for _, slots in env["compiled_shapes"]] == [512]  # AR ran on the speculative target's AR graph
         assert "engine" not in eager["env"]
         # the warm-up (seconds even from inductor's disk cache) is no part of the first prompt's time (milliseconds)
         assert compiled["prompts"][0]["seconds"] < env["compile_s"] / 2

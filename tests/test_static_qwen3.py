@@ -243,12 +243,15 @@ def test_compiled_engine_with_an_eagle3_head():
 
 
 @pytest.mark.compiled
-def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
-    """With a graph per block size (`prepare(sizes=...)`; those between 1 and γ with a lean wrapper), a 2-token block
-    runs the 2-token graph: on the release it costs less than a 6-token block (median of 30 passes each,
-    interleaved), and its logits equal what the 6-token graph (with 4 padding dummies) gives for the same 2 tokens."""
+def test_every_block_size_runs_one_verify_graph_that_costs_its_tokens():
+    """Blocks of 2 .. γ tokens run one verify graph whose block size is a symbol (`prepare`): after the warm-up has
+    called every size, dynamo holds one compiled entry for it and one for the AR step (a size that recompiled
+    would add one); each size's logits equal the uncompiled forward's on the same block, and on the release a
+    2-token block costs less than a 6-token one (median of 30 passes each, interleaved)."""
     import statistics
     import time
+
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     from ecospec.components import load_build
     from ecospec.engine.compiled import prepare
@@ -256,23 +259,27 @@ def test_a_truncated_block_costs_its_tokens_in_its_own_graph():
 
     torch.set_num_threads(1)
     target = load_build(paths("full"))[0]
-    padded = prepare(target, gamma=6, max_len=512)
-    sized = prepare(target, gamma=6, max_len=512, sizes=(2,))
-    assert sized.sizes == (1, 2, 6) and padded.sizes == (1, 6)
-    assert sorted(sized.steps) == [1, 2, 6] and sorted(padded.steps) == [1, 6]  # a graph each, 2's wrapper lean
+    prep = prepare(target, gamma=6, max_len=512)
+    assert prep.sizes == (1, 2, 3, 4, 5, 6)
+    assert len({id(prep.steps[q]) for q in range(2, 7)}) == 1 and prep.steps[1] is not prep.steps[2]
     ids = torch.arange(3, 40)
-    blocks = {2: ([5, 6], [-1, 0], [0, 1]), 6: ([5, 6, 7, 8, 9, 10], [-1, 0, 1, 0, 3, 0], [0, 1, 2, 1, 2, 1])}
+    blocks = {q: ([5 + j for j in range(q)], [-1, *range(q - 1)], list(range(q))) for q in range(2, 7)}
     times = {2: [], 6: []}
     with torch.inference_mode():
-        for prep in (padded, sized):
+        for q, block in blocks.items():
             prep.prefill(ids)
-        a, _ = padded.verify(*blocks[2])
-        b, _ = sized.verify(*blocks[2])
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            got, _ = prep.verify(*block)
+            n = len(ids)
+            tree = torch.ones(q, q, dtype=torch.bool).tril()
+            want, _ = prep.static(torch.tensor(block[0]), torch.arange(n, n + q), torch.tensor(n), tree)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for step in (prep.steps[1], prep.steps[2]):
+            assert len(_debug_get_cache_entry_list(step._torchdynamo_orig_callable.__func__.__code__)) == 1
+        prep.prefill(ids)
         for _ in range(30):
             for q in (2, 6):
                 t0 = time.perf_counter()
-                sized.verify(*blocks[q])
+                prep.verify(*blocks[q])
                 times[q].append(time.perf_counter() - t0)
     assert statistics.median(times[2]) < statistics.median(times[6]), {
         q: statistics.median(t) for q, t in times.items()

@@ -1,15 +1,15 @@
-"""What a compiled cell's first run costs on a fresh machine, and where: the CPU kernels' build and each graph the
-cell prepares (the target's AR graph, its graphs for the method's block sizes, the EAGLE-3 head's and the
-predictor's), each timed from nothing in a child process whose `$ECOSPEC_CACHE` is empty (the embedded default
-comes from the release, as in a fresh clone).
+"""What a compiled cell's first run costs on a fresh machine, and where: the CPU kernels' build, the target's two
+graphs (the AR step; one verify graph for every block size 2 .. γ), the EAGLE-3 head's and the predictor's, each timed
+from nothing in a child process whose `$ECOSPEC_CACHE` is empty (the embedded default comes from the release, as in a
+fresh clone).
 
-    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--wrapper joint,engine] [--scratch DIR]
+    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--against-static] [--scratch DIR]
 
-`--wrapper`: how each graph's C++ wrapper is built, one child per value in that order (`joint`: every graph's with
-its kernels in one -O3 build, torch's way; `engine`: the engine's rule, lean for the block sizes between 1 and γ:
-`graphs.compile_method`). Each child then times each block size's verify step (median of `--calls` calls after a
-300-token prefill, the sizes in rounds), so that a cheaper build that slows a step shows. One torch thread; inductor
-compiles with its default worker count.
+The child then times each block size's verify step (median of `--calls` calls after a 300-token prefill, the sizes
+in rounds). `--against-static`: it then also compiles one graph per block size 2 .. γ with the size a constant (the
+engine's way before its verify graph took the size as a symbol), times that, checks that both give equal logits
+for every size and times each size's step in both, interleaved. One torch thread; inductor compiles with its default
+worker count.
 """
 
 from __future__ import annotations
@@ -27,29 +27,29 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 
 
-def child(method: str, wrapper: str, calls: int) -> dict:
-    """Run in the child: prepare every graph of a `method` cell cold, timed part by part, then time each block size's
-    step in rounds (`bench.passes.timed_in_rounds`)."""
+def child(method: str, calls: int, against_static: bool) -> dict:
+    """Run in the child: prepare every graph of a `method` cell cold, as `experiment.engines.CellEngine` does, timed
+    part by part; then time each block size's step in rounds (`bench.passes.timed_in_rounds`), against a static
+    graph per size when `against_static`."""
     import torch
 
     import ecospec.methods
     from ecospec.bench.passes import timed_in_rounds
     from ecospec.components import load_build
-    from ecospec.engine import compiled, graphs, static_qwen3
+    from ecospec.engine import static_qwen3
     from ecospec.engine.compiled import prepare
+    from ecospec.engine.graphs import compile_method
     from ecospec.engine.scope import slots
     from ecospec.engine.static_eagle3 import prepare_drafter
     from ecospec.engine.static_predictor import prepare_predictor
     from ecospec.tiny.build import paths
 
     torch.set_num_threads(1)
-    if wrapper == "joint":
-        compiled.compile_method = lambda obj, fn, lean=False: graphs.compile_method(obj, fn)
     target, _, drafter, predictor = load_build(paths("full"))
     session = ecospec.methods.method(method).open(6, 3, 2)
     gamma, (depth, topk) = session.gamma, session.draft_shape
     size = slots(300 + 64 + gamma)
-    out: dict = {"wrapper": wrapper, "method": method, "parts": {}}
+    out: dict = {"method": method, "parts": {}}
 
     def timed(name, fn):
         t0 = time.perf_counter()
@@ -58,12 +58,10 @@ def child(method: str, wrapper: str, calls: int) -> dict:
         return made
 
     timed("cpu kernels", static_qwen3.cpu_kernels)
-    timed("target, AR (q = 1)", lambda: prepare(target, gamma=1, max_len=size))
-    sizes = tuple(s for s in session.block_sizes if s <= gamma)
     hidden = tuple(drafter.hidden_layers)
     sd = timed(
-        f"target, speculative (q = {', '.join(map(str, sorted({1, gamma, *sizes})))})",
-        lambda: prepare(target, gamma=gamma, max_len=size, hidden_layers=hidden, sizes=sizes),
+        f"target (the AR graph; one verify graph for q = 2 .. {gamma})",
+        lambda: prepare(target, gamma=gamma, max_len=size, hidden_layers=hidden),
     )
     depths = session.draft_depths
     timed(
@@ -76,54 +74,83 @@ def child(method: str, wrapper: str, calls: int) -> dict:
             lambda: prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=size),
         )
     out["graphs_s"] = round(sum(out["parts"].values()), 1)
+
+    def use(way):  # the steps and buffers that `sd.verify` runs
+        sd.steps, (sd._tokens, sd._pos, sd._tree) = way
+
+    blocks = {q: (list(range(5, 5 + q)), [-1, *range(q - 1)], list(range(q))) for q in sd.sizes}
+    ways = {"engine": (dict(sd.steps), (sd._tokens, sd._pos, sd._tree))}
     with torch.inference_mode():
+        if against_static:  # buffers of their own: the engine's are marked dynamic
+            bufs = tuple({q: b.clone() for q, b in buf.items()} for buf in (sd._tokens, sd._pos, sd._tree))
+            static, t0 = {1: sd.steps[1]}, time.perf_counter()
+            for q in sd.sizes[1:]:
+                static[q] = compile_method(sd.static, type(sd.static).forward)
+                static[q](bufs[0][q], bufs[1][q], sd._start, bufs[2][q])
+            out["static_graphs_s"] = round(time.perf_counter() - t0, 1)
+            ways["static"] = (static, bufs)
         sd.prefill(torch.randint(0, target.config.vocab_size, (300,)))
-        points = []
-        for q in sd.sizes:
-            args = (list(range(5, 5 + q)), [-1, *range(q - 1)], list(range(q)))
-            points.append((lambda args=args: sd.verify(*args), lambda i: setattr(sd, "routes", [])))
-        times = timed_in_rounds(points, warmup=20, repeats=calls, device=torch.device("cpu"))
-    for q, ts in zip(sd.sizes, times, strict=True):
-        out[f"step_q{q}_ms"] = round(statistics.median(ts) * 1e3, 3)
+        out["equal"] = {}
+        for q in sd.sizes[1:] if against_static else ():
+            got = []
+            for way in ways.values():
+                use(way)
+                got.append(sd.verify(*blocks[q]))
+            out["equal"][q] = all(torch.equal(a, b) for a, b in zip(*got, strict=True))
+
+        def point(way, q):
+            def run():
+                use(way)
+                sd.verify(*blocks[q])
+
+            return run, lambda i: setattr(sd, "routes", [])
+
+        names = [(way, q) for q in sd.sizes for way in ways]
+        times = timed_in_rounds([point(ways[w], q) for w, q in names], 20, calls, torch.device("cpu"))
+    for (way, q), ts in zip(names, times, strict=True):
+        out.setdefault(f"{way}_step_ms", {})[q] = round(statistics.median(ts) * 1e3, 3)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", default="ecospec_adaptive")
-    ap.add_argument("--wrapper", default="joint,engine", help="joint and/or engine, comma-separated")
+    ap.add_argument("--against-static", action="store_true", help="also a static graph per block size, timed")
     ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--scratch", type=Path, default=None, help="where the empty caches go (a temporary directory)")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--scratch", type=Path, default=None, help="where the empty cache goes (a temporary directory)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.method, args.child, args.calls)))
+        print(json.dumps(child(args.method, args.calls, args.against_static)))
         return 0
-    wrappers = args.wrapper.split(",")
-    if not wrappers or set(wrappers) - {"joint", "engine"}:
-        ap.error(f"--wrapper {args.wrapper!r}: joint and/or engine")
-    scratch = Path(tempfile.mkdtemp(prefix="cold-", dir=args.scratch))
-    for wrapper in wrappers:
-        cache = scratch / wrapper
-        env = {**os.environ, "ECOSPEC_CACHE": str(cache)}
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the engine's own choice: under $ECOSPEC_CACHE
-        cmd = [sys.executable, str(HERE), "--child", wrapper, "--method", args.method, "--calls", str(args.calls)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode:
-            sys.stderr.write(proc.stderr[-4000:])
-            return proc.returncode
-        res = json.loads(proc.stdout.strip().splitlines()[-1])
-        since = time.time() - wall
-        stray = [p for p in Path(tempfile.gettempdir()).glob("torchinductor_*") if p.stat().st_mtime > since]
-        steps = ", ".join(f"q = {k[6:-3]}: {v} ms" for k, v in res.items() if k.startswith("step_q"))
+    cache = Path(tempfile.mkdtemp(prefix="cold-", dir=args.scratch))
+    env = {**os.environ, "ECOSPEC_CACHE": str(cache)}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the engine's own choice: under $ECOSPEC_CACHE
+    cmd = [sys.executable, str(HERE), "--child", "--method", args.method, "--calls", str(args.calls)]
+    cmd += ["--against-static"] if args.against_static else []
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-4000:])
+        return proc.returncode
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    since = time.time() - wall
+    stray = [p for p in Path(tempfile.gettempdir()).glob("torchinductor_*") if p.stat().st_mtime > since]
+    print(
+        f"{args.method}: process {wall:.0f} s, kernels and graphs {res['graphs_s']:.0f} s; "
+        f"written outside $ECOSPEC_CACHE: {[str(p) for p in stray] or 'nothing'}"
+    )
+    for part, seconds in res["parts"].items():
+        print(f"  {part}: {seconds} s")
+    if "static_graphs_s" in res:
         print(
-            f"{wrapper}: process {wall:.0f} s, kernels and graphs {res['graphs_s']:.0f} s; median step {steps}; "
-            f"written outside $ECOSPEC_CACHE: {[str(p) for p in stray] or 'nothing'}"
+            f"  against: a static graph per block size 2 .. γ, {res['static_graphs_s']} s; equal logits {res['equal']}"
         )
-        for part, seconds in res["parts"].items():
-            print(f"  {part}: {seconds} s")
+    for way in ("engine", "static"):
+        if f"{way}_step_ms" in res:
+            steps = ", ".join(f"q = {q}: {ms} ms" for q, ms in res[f"{way}_step_ms"].items())
+            print(f"  median step, {way}: {steps}")
     return 0
 
 

@@ -110,8 +110,8 @@ def chain(q: int) -> tuple[list[int], list[int], list[int]]:
 
 
 def verify_target(target, drafter, max_len: int):
-    """The target as an EcoSpec cell of γ = GAMMA prepares it, with a graph of its own for 2-token blocks."""
-    return prepare(target, gamma=GAMMA, max_len=max_len, hidden_layers=tuple(drafter.hidden_layers), sizes=(2,))
+    """The target as an EcoSpec cell of γ = GAMMA prepares it."""
+    return prepare(target, gamma=GAMMA, max_len=max_len, hidden_layers=tuple(drafter.hidden_layers))
 
 
 def _walk(event, into: dict) -> None:

@@ -122,7 +122,7 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
     target, tokenizer, drafter, predictor = load_build(paths("full"))
     ids = [p for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval"], prompts).values() for p in ps]
     g = max(gammas)
-    runs = [("ar", "confidence", None, g), ("tree", "ecospec", drafter, g)]
+    runs = [("tree", "ecospec", drafter, g), ("ar", "confidence", None, g)]  # AR on the tree's target, as in a cell
     runs += [("chain", "chain", drafter, gamma) for gamma in gammas]
     cell = CellEngine(engine)
     out: dict = {"pred": [], "ar": [], "routes": [], "steps": []}
@@ -141,7 +141,6 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
                     predictor=pred,
                     depth=session.draft_shape[0],
                     topk=session.draft_shape[1],
-                    sizes=tuple(range(1, g + 1)),
                     depths=tuple(range(1, g)),
                 )
                 res = ecospec.generate(

@@ -3,13 +3,13 @@
 
 What is built: a Qwen3-MoE model of the benchmark's config (`--layers` MoE layers, `--scale`d widths, random
 normal(0, 0.02) weights, a 256-token vocabulary so that embedding and lm_head stay negligible), prepared by
-`engine.compiled.prepare` with forced routing: each router computes its logits, then its top-k ids are replaced by
-a fresh random set of exactly E experts per layer and pass (`bench.passes.forced_indices`), its weights read at
-those ids. The prefix (`--prefix` random tokens) is prefilled once; every pass writes its γ tokens at the same
-slots after it, attends to the prefix and causally to itself, and is one call of the compiled step of its shape
-(q = γ; γ = 1 is the AR step). The routes buffer it writes is checked against E before the timing. Records as
-`verify_latency`'s with `impl: compiled` and `engine: compiled`; the pass includes embedding, final norm and the
-small lm_head that the eager benchmark leaves out.
+`engine.compiled.prepare` with forced routing: each router computes its logits, then its top-k ids are replaced by a
+fresh random set of exactly E experts per layer and pass (`bench.passes.forced_indices`), its weights read at those
+ids. The prefix (`--prefix` random tokens) is prefilled once; every pass writes its γ tokens at the same slots after
+it, attends to the prefix and causally to itself, and is one call of the prepared target's step at q = γ (its verify
+graph, one for every γ of the sweep; γ = 1 is its AR step). The routes buffer it writes is checked against E before
+the timing. Records as `verify_latency`'s with `impl: compiled` and `engine: compiled`; the pass includes embedding,
+final norm and the small lm_head that the eager benchmark leaves out.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ def run_compiled(
     max_len = -(-(prefix + max(gammas)) // 128) * 128
     records = []
     with torch.inference_mode():
+        prepared = prepare(target, gamma=max(gammas), max_len=max_len, forced_routing=True)  # its two graphs: every γ
+        static = prepared.static
         for gamma in (1, *gammas):
-            prepared = prepare(target, gamma=gamma, max_len=max_len, forced_routing=True)
-            static = prepared.static
             prepared.prefill(torch.randint(0, VOCAB, (prefix,), generator=gen))
             tokens = torch.randint(0, VOCAB, (gamma,), generator=gen)
             pos = torch.arange(prefix, prefix + gamma)

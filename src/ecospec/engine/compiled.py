@@ -1,16 +1,16 @@
-"""The compiled engine's target: `StaticQwen3` compiled by inductor, one graph per block size, prepared once per cell.
+"""The compiled engine's target: `StaticQwen3` compiled by inductor, two graphs, prepared once per cell.
 
     prepared = prepare(target, gamma=6, max_len=512, hidden_layers=drafter.hidden_layers)
     ecospec.generate(target, ids, drafter=..., engine=prepared)       # or engine="compiled": prepared per call
 
 A `CompiledTarget` holds the KV cache (allocated once for the cell's longest sequence), the step buffers (tokens,
-positions, tree mask: allocated once, filled on the host) and the compiled steps, one graph per block size: the AR
-step (q = 1), the verify step (q = γ; a block with fewer tokens is padded with dummies that see only themselves and
-that nothing sees) and the sizes in between that a method asks for, whose wrappers are built lean (they run rarely:
-`graphs.compile_method`). The prefill and the oracle's look-up pass run the same forward uncompiled.
-Accepted paths are compacted onto the prefix in place (one small compiled call for all layers). Inductor's
-artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles from disk. Written with no host read inside
-a step, so a GPU can capture the two shapes as CUDA graphs later (not done: no GPU has run it).
+positions, tree mask for each block size: allocated once, filled on the host) and the compiled steps: the AR step
+(q = 1, its shape fixed) and one verify graph whose block size is a symbol over 2 .. γ, so that a method verifying
+fewer than γ tokens (EVICT, Cascade, EcoSpec-Adaptive, a tree cut short) pays for its tokens, not for a γ block of
+padding, with one graph to compile instead of one per size. The prefill and the oracle's look-up pass run the same
+forward uncompiled. Accepted paths are compacted onto the prefix in place (one small compiled call for all
+layers). Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles from disk. Written with
+no host read inside a step, so a GPU can capture its shapes as CUDA graphs later (not done: no GPU has run it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class CompiledTarget:
 
     target: object
     static: StaticQwen3
-    steps: dict  # block size -> its compiled step
+    steps: dict  # block size -> its compiled step: 1 the AR graph, 2 .. γ the one verify graph
     gamma: int
     max_len: int
     hidden_layers: tuple[int, ...]
@@ -69,15 +69,14 @@ class CompiledTarget:
     compile_s: float = 0.0
     length: int = 0  # committed tokens in the cache
     routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
-    sizes: tuple[int, ...] = ()  # block sizes with a graph of their own (always 1 and gamma)
+    sizes: tuple[int, ...] = field(init=False)  # every block size a step may verify: 1 .. γ
 
     def __post_init__(self):
         dev = self.static.slot_ids.device
-        self.sizes = tuple(sorted({1, self.gamma, *(s for s in self.sizes if 1 <= s <= self.gamma)}))
+        self.sizes = tuple(range(1, self.gamma + 1))
         self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
         self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
-        self._eye = {q: torch.eye(q, dtype=torch.bool, device=dev) for q in self.sizes}  # dummies see themselves
-        self._tree = {q: eye.clone() for q, eye in self._eye.items()}
+        self._tree = {q: torch.ones(q, q, dtype=torch.bool, device=dev).tril() for q in self.sizes}
         self._start = torch.zeros((), dtype=torch.long, device=dev)
         self._src = torch.arange(self.gamma, device=dev)  # the compaction's source rows: the path, then identity
 
@@ -120,20 +119,15 @@ class CompiledTarget:
         q = len(tokens)
         if q > self.gamma:
             raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
-        size = next(s for s in self.sizes if s >= q)  # the smallest graph that holds it: padding costs its tokens
-        self._check_room(self.length + size)
-        buf_tokens, buf_pos, buf_tree = self._tokens[size], self._pos[size], self._tree[size]
-        buf_tokens.zero_()
-        buf_tokens[:q] = torch.tensor(tokens)
-        buf_pos.fill_(self.length)
-        buf_pos[:q] += torch.tensor(depths)
-        if size > 1:
-            buf_tree.copy_(self._eye[size])
-            buf_tree[:q, :q] = ancestor_mask([p - 1 for p in parents[1:]])
+        self._check_room(self.length + q)
+        self._tokens[q].copy_(torch.tensor(tokens))
+        self._pos[q].copy_(torch.tensor(depths)).add_(self.length)
+        if q > 1:
+            self._tree[q].copy_(ancestor_mask([p - 1 for p in parents[1:]]))
         self._start.fill_(self.length)
-        logits, feats = self.steps[size](buf_tokens, buf_pos, self._start, buf_tree)
+        logits, feats = self.steps[q](self._tokens[q], self._pos[q], self._start, self._tree[q])
         self.routes.append(self.static.routes[:, :q].clone())
-        return logits[:q], None if feats is None else feats[None, :q]
+        return logits, None if feats is None else feats[None]
 
     def lookup(self, root: int, tree) -> torch.Tensor:
         """The oracle's pass over root + the whole tree (uncompiled, analysis only): its routes [L_moe, 1 + n, k].
@@ -170,14 +164,13 @@ def prepare(
     max_len: int,
     hidden_layers: tuple[int, ...] = (),
     forced_routing: bool = False,
-    sizes: tuple[int, ...] = (),
 ) -> CompiledTarget:
-    """Compile `target`'s step shapes for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and
-    the compaction of an accepted path), and warm them up (timed: `compile_s`): 1 (AR) and `gamma`, plus `sizes`,
-    so that a method verifying fewer tokens pays for those, not for a γ block of padding. The same arguments give
-    the same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids`
-    (the verify-latency benchmark)."""
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, tuple(sorted(set(sizes))))
+    """Compile `target`'s steps for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and the
+    compaction of an accepted path), and warm them up (timed: `compile_s`): the AR graph (q = 1) and, for γ > 1, one
+    verify graph for every block size 2 .. γ, each size called once (the first call compiles it, from disk when
+    inductor's cache has it; the others must find it). The same arguments give the same prepared object within a
+    process. `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark)."""
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing)
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)
@@ -185,13 +178,18 @@ def prepare(
         raise ValueError(reason)
     static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
     compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
-    prepared = CompiledTarget(
-        target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step, sizes=tuple(sizes)
-    )
+    prepared = CompiledTarget(target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        for q in prepared.sizes:  # one call per shape compiles it (from disk when inductor's cache has it)
-            prepared.steps[q] = compile_method(static, StaticQwen3.forward, lean=q not in (1, gamma))
+        prepared.steps[1] = compile_method(static, StaticQwen3.forward)
+        block = compile_method(static, StaticQwen3.forward) if gamma > 1 else None
+        for q in prepared.sizes[1:]:
+            if gamma > 2:  # the block size a symbol over 2 .. γ (a size of 1 would be a constant to dynamo)
+                for buf in (prepared._tokens[q], prepared._pos[q], prepared._tree[q]):
+                    for dim in range(buf.dim()):
+                        torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
+            prepared.steps[q] = block
+        for q in prepared.sizes:
             prepared.steps[q](prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
         if compact_step is not None:
             compact_step(prepared._src, prepared._start)  # the identity: moves nothing

@@ -2,7 +2,8 @@
 
 The compiled engine has three kinds of step (the target's, `static_qwen3`; the EAGLE-3 head's, `static_eagle3`; the
 expert predictor's, `static_predictor`), each a method over buffers allocated once, compiled by inductor with
-`dynamic=False`, one graph per block shape, with inductor's artefacts under `$ECOSPEC_CACHE/inductor`.
+`dynamic=False`, one graph per block shape (but the target's verify graph: one for every block size), with
+inductor's artefacts under `$ECOSPEC_CACHE/inductor`.
 """
 
 from __future__ import annotations
@@ -38,14 +39,13 @@ def inductor_cache() -> str:
     return chosen
 
 
-def compile_method(obj, fn, *, lean: bool = False):
+def compile_method(obj, fn):
     """`fn` bound to `obj` on a code object of its own, compiled (fullgraph, no dynamic shapes, C++ wrapper).
 
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
     them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
-    share one. `lean`: for a shape that runs rarely, the wrapper (only calls) is built apart from the kernels, at
-    -O1 beside their -O3: several times cheaper to build cold, a little slower per call (docs/engine.md, "Cold
-    start")."""
+    share one. A shape is fixed unless an input's dimension is marked dynamic (`torch._dynamo.mark_dynamic`) before
+    the first call: the target's verify graph, one for every block size (`compiled.prepare`)."""
     inductor_cache()
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
@@ -55,7 +55,6 @@ def compile_method(obj, fn, *, lean: bool = False):
         fullgraph=True,
         options={
             "cpp_wrapper": True,
-            "cpp_wrapper_build_separate": lean,
             "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
         },
     )

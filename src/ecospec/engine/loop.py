@@ -66,7 +66,6 @@ def generate(
         budget_policy,
         block,
         input_ids.shape[1] + max_new_tokens + block,
-        session.block_sizes,
     )
     shape = dict(zip(("depth", "topk"), session.draft_shape, strict=True))
     drafter, predictor = tgt.prepare_parts(

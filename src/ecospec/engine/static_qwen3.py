@@ -2,9 +2,10 @@
 
 `StaticQwen3(target, max_len, hidden_layers)` shares the HF model's weights (no copy) and runs a block of q tokens
 written at cache slots start .. start + q - 1, at positions `pos`, query i seeing every slot before `start` and the
-block's slots its row of `tree` [q, q] marks. Everything a step needs comes in as tensors of fixed shape, so
-`torch.compile(dynamic=False)` makes one graph per block size: the engine compiles q = 1 (the AR step) and q = γ
-(the verify step); the prefill runs the same code uncompiled.
+block's slots its row of `tree` [q, q] marks. Everything a step needs comes in as tensors, so
+`torch.compile(dynamic=False)` makes a graph of one block size, or of every size whose inputs' q is marked dynamic:
+the engine compiles q = 1 (the AR step) and one graph for q = 2 .. γ (the verify step); the prefill runs the same
+code uncompiled.
 
 The MoE layer keeps the paper's cost inside the graph: one opaque op (`ecospec::moe_experts`) groups the block's
 token-slots by expert and multiplies each expert that has slots by its weights once, never once per token, looping
@@ -74,6 +75,7 @@ def cpu_kernels():
                     [str(path) for path in KERNELS],
                     build_directory=str(where),
                     extra_cflags=["-O3", "-march=native", "-fopenmp-simd"],
+                    is_python_module=False,  # the ops register through the dispatcher: ATen's headers, not torch's
                     verbose=False,
                 )
             )

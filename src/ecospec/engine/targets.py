@@ -123,9 +123,10 @@ class EagerTarget:
         return self.capture.take(device=None)
 
 
-def open_target(engine, target, drafter, expert_budget, budget_policy, block: int, longest: int, sizes=()):
-    """The target interface of one decode: `engine` "eager", "compiled" (prepared here, with a graph for each of
-    the block `sizes` the method may verify) or a prepared `CompiledTarget`; refusals name what is missing."""
+def open_target(engine, target, drafter, expert_budget, budget_policy, block: int, longest: int):
+    """The target interface of one decode: `engine` "eager", "compiled" (prepared here) or a prepared
+    `CompiledTarget` (one prepared for a drafter serves an AR decode too: its features go unread); refusals name
+    what is missing."""
     from ecospec.engine.compiled import CompiledTarget, prepare, refusal
 
     hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
@@ -137,13 +138,7 @@ def open_target(engine, target, drafter, expert_budget, budget_policy, block: in
     if reason:
         raise ValueError(reason)
     if engine == "compiled":
-        return prepare(
-            target,
-            gamma=block,
-            max_len=slots(longest),
-            hidden_layers=hidden,
-            sizes=tuple(s for s in sizes if s <= block),
-        )
+        return prepare(target, gamma=block, max_len=slots(longest), hidden_layers=hidden)
     if engine.target is not target:
         raise ValueError("engine: the CompiledTarget was prepared for another target")
     if engine.gamma < block or engine.max_len < longest:
@@ -151,7 +146,7 @@ def open_target(engine, target, drafter, expert_budget, budget_policy, block: in
             f"engine: the CompiledTarget was prepared for gamma {engine.gamma} and {engine.max_len} "
             f"slots; this decode needs gamma {block} and {longest}"
         )
-    if engine.hidden_layers != hidden:
+    if drafter is not None and engine.hidden_layers != hidden:
         raise ValueError(
             f"engine: the CompiledTarget gives hidden layers {engine.hidden_layers}, the drafter needs {hidden}"
         )

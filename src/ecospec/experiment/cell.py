@@ -73,7 +73,6 @@ def _decode_prompt(comp: CellComponents, p, cfg: dict, progress: Progress, metho
                 predictor=predictor if method["selector"] in needing_experts() else None,
                 depth=depth,
                 topk=topk,
-                sizes=session.block_sizes,
                 depths=session.draft_depths,
             )
             t0, c0 = clock_now()

@@ -1,7 +1,8 @@
 """A cell's engine (`engine=eager|compiled`): what `ecospec.generate` gets for each decode of the cell.
 
-`eager` hands "eager" through. `compiled` prepares the target once per block size (1 for AR, γ for SD) and cache
-size, before the decode's clock starts, so the warm-up (inductor compiling, or loading its graphs from
+`eager` hands "eager" through. `compiled` prepares the target once per γ and cache size, before the decode's clock
+starts (an AR decode runs the AR graph of the speculative target prepared for its length, where there is one: a cell
+compiles one AR graph, not two), so the warm-up (inductor compiling, or loading its graphs from
 `$ECOSPEC_CACHE/inductor`) is never part of a cell's timings: it is summed into `compile_s` (the record's
 `env.compile_s`); `env.compiled_parts` says what ran compiled (the target, an EAGLE-3 head's draft steps, the
 expert predictor's pass; a draft model and the oracle's look-up pass stay eager). Cache sizes come in steps of
@@ -34,12 +35,11 @@ class CellEngine:
         predictor=None,
         depth: int = 3,
         topk: int = 2,
-        sizes: tuple = (),
         depths: tuple = (),
     ):
-        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length and the
-        block `sizes` its method verifies (with the EAGLE-3 head's draft steps for each of `depths` and the
-        predictor's pass prepared too: `ecospec.generate` finds them ready)."""
+        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length (with the
+        EAGLE-3 head's draft steps for each of `depths` and the predictor's pass prepared too: `ecospec.generate`
+        finds them ready)."""
         if self.name == "eager":
             return "eager"
         from ecospec.engine.compiled import prepare, refusal
@@ -52,12 +52,12 @@ class CellEngine:
         block = gamma if drafter is not None else 1  # an AR step verifies one token
         size = slots(prompt_len + max_new_tokens + block)
         hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
-        sizes = tuple(sorted({s for s in sizes if s <= block})) if drafter is not None else ()
-        key = (block, size, hidden, sizes)
+        key = (block, size, hidden)
+        if drafter is None:  # AR: the smallest speculative target prepared with room for it, if any
+            roomy = sorted((k for k in self.prepared if k[0] > 1 and k[1] >= size), key=lambda k: k[1])
+            key = roomy[0] if roomy else key
         if key not in self.prepared:
-            self.prepared[key] = prepared = prepare(
-                target, gamma=block, max_len=size, hidden_layers=hidden, sizes=sizes
-            )
+            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden)
             self.compile_s += prepared.compile_s
             self.parts.add("target")
         if drafter is not None:

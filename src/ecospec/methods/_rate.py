@@ -24,8 +24,3 @@ def best_prefix(probs: Sequence[float], seconds: Sequence[float]) -> tuple[int, 
         if rate > best_rate * (1 + 1e-12):
             best, best_rate = n, rate
     return best, best_rate
-
-
-def all_sizes(gamma: int) -> tuple[int, ...]:
-    """Every block size from the root alone to γ: a method that truncates its block may verify any of them."""
-    return tuple(range(1, gamma + 1))

@@ -25,11 +25,6 @@ class Session:
         return (self.draft_shape[0],)
 
     @property
-    def block_sizes(self) -> tuple[int, ...]:
-        """Every block size a verify pass may have (a compiled target prepares a graph for each)."""
-        return (1, self.gamma)
-
-    @property
     def wants_experts(self) -> bool:
         """Whether this step's candidates need expert sets (the predictor's pass): a method that reads them may
         decide that a pass costs more than it can save."""

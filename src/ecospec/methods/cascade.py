@@ -13,7 +13,7 @@ as secondary summaries of its full text give them (docs/methods.md)."""
 
 from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._greedy import by_probability
-from ecospec.methods._rate import all_sizes, drafted_seconds
+from ecospec.methods._rate import drafted_seconds
 
 TEST_STEPS, MAX_TRIALS, SET_STEPS, CLOSE = 4, 4, 16, 0.10
 
@@ -32,10 +32,6 @@ class CascadeSession(Session):
     @property
     def draft_depths(self) -> tuple[int, ...]:
         return tuple(range(1, self.gamma))
-
-    @property
-    def block_sizes(self) -> tuple[int, ...]:
-        return all_sizes(self.gamma)
 
     def shape(self) -> tuple[int, int]:
         return self.k, 1

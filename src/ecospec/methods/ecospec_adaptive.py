@@ -21,7 +21,7 @@ sampling accept less, and c_d learns how much less."""
 from ecospec.methods import Candidates, MethodSpec, Session, method, register
 from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import greedy_buffered, picks_buffered, picks_static
-from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
+from ecospec.methods._rate import best_prefix, drafted_seconds
 
 FIRST_SKIP, GROWTH, MAX_SKIP = 8, 8, 64  # steps that draft nothing after a step that did not pay, and their growth
 PRIOR = 2.0  # the calibration at each depth starts from this much expected acceptance, accepted as expected
@@ -48,10 +48,6 @@ class AdaptiveSession(Session):
         cost, path = self.cost, min(depth, self.gamma - 1)
         drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
         return (1 + path) * cost.ar_step_s > cost.t_step(drafted, path + 1)
-
-    @property
-    def block_sizes(self) -> tuple[int, ...]:
-        return all_sizes(self.gamma)
 
     @property
     def draft_depths(self) -> tuple[int, ...]:

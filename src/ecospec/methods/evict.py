@@ -10,14 +10,10 @@ docs/methods.md."""
 from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._candidates import candidates
 from ecospec.methods._greedy import by_probability, picks_static
-from ecospec.methods._rate import all_sizes, best_prefix, drafted_seconds
+from ecospec.methods._rate import best_prefix, drafted_seconds
 
 
 class EvictSession(Session):
-    @property
-    def block_sizes(self) -> tuple[int, ...]:
-        return all_sizes(self.gamma)
-
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         c = candidates(self.spec, tree.parents, tree.probs, None)
         order = picks_static(c, c.probs, budget)

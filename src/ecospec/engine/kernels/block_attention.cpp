@@ -6,7 +6,8 @@
 // mask reads and scores every one of them, the empty ones included, for every query: this kernel reads only the
 // start + Q slots that hold keys, once for all the queries of a key-value head (grouped-query attention), scores
 // them in register tiles (simd.h) and sums the values in one pass per query.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <limits>
