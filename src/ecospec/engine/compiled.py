@@ -114,8 +114,9 @@ class CompiledTarget:
         return logits[-1:], None if feats is None else feats[None]
 
     def verify(self, tokens: list[int], parents: list[int], depths: list[int]):
-        """One step's block (root + chosen nodes, block-index parents) after the committed tokens, in the graph of
-        its shape: (logits [q, V], features [1, q, F] or None). Its routes are kept for the counts at the end."""
+        """One step's block (root + chosen nodes, block-index parents) after the committed tokens, at its own size
+        (the AR graph for q = 1, the verify graph for 2 .. γ): (logits [q, V], features [1, q, F] or None). Its
+        routes are kept for the counts at the end."""
         q = len(tokens)
         if q > self.gamma:
             raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
