@@ -45,5 +45,6 @@ def test_compiled_artefacts_stay_under_the_cache(tmp_path):
     assert runs[0]["misses"] == 1 and runs[1] == dict(runs[1], hits=1, misses=0)  # the second compiles nothing
     inductor = cache / "inductor"
     assert any(p.endswith(".so") for p in _files(inductor))  # the C++ wrapper's build
+    assert any(p.endswith(".optimized.o") for p in _files(inductor))  # its kernels built apart (at -O3)
     assert _files(inductor / "precompiled_headers")
     assert _files(tmp) == []  # torch's default directory (under TMPDIR) exists, and holds nothing

@@ -3,12 +3,14 @@ graphs (the AR step; one verify graph for every block size 2 .. γ), the EAGLE-3
 from nothing in a child process whose `$ECOSPEC_CACHE` is empty (the embedded default comes from the release, as in a
 fresh clone).
 
-    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--against-static] [--scratch DIR]
+    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--against static|o3-wrapper] [--scratch DIR]
 
 The child then times each block size's verify step (median of `--calls` calls after a 300-token prefill, the sizes
-in rounds). `--against-static`: it then also compiles one graph per block size 2 .. γ with the size a constant (the
-engine's way before its verify graph took the size as a symbol), times that, checks that both give equal logits
-for every size and times each size's step in both, interleaved. One torch thread; inductor compiles with its default
+in rounds). `--against` builds the target's graphs a second way, times that build, checks that both ways give equal
+logits for every size and times each size's step in both, interleaved, each way first in half the rounds:
+`static`, one graph per block size 2 .. γ with the size a constant (the engine's way before its verify graph took
+the size as a symbol); `o3-wrapper`, the engine's two graphs with the C++ wrapper built with the kernels at -O3
+(the engine's way before it built the wrapper apart at -O1). One torch thread; inductor compiles with its default
 worker count.
 """
 
@@ -27,10 +29,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 
 
-def child(method: str, calls: int, against_static: bool) -> dict:
+def child(method: str, calls: int, against: str | None) -> dict:
     """Run in the child: prepare every graph of a `method` cell cold, as `experiment.engines.CellEngine` does, timed
-    part by part; then time each block size's step in rounds (`bench.passes.timed_in_rounds`), against a static
-    graph per size when `against_static`."""
+    part by part; then time each block size's step in rounds (`bench.passes.timed_in_rounds`), against the target's
+    graphs built the `against` way (module docstring) when one is named."""
     import torch
 
     import ecospec.methods
@@ -103,17 +105,26 @@ def child(method: str, calls: int, against_static: bool) -> dict:
     blocks = {q: (list(range(5, 5 + q)), [-1, *range(q - 1)], list(range(q))) for q in sd.sizes}
     ways = {"engine": (dict(sd.steps), (sd._tokens, sd._pos, sd._tree))}
     with torch.inference_mode():
-        if against_static:  # buffers of their own: the engine's are marked dynamic
+        if against:  # buffers of their own: marked dynamic, or not, as the other way needs
             bufs = tuple({q: b.clone() for q, b in buf.items()} for buf in (sd._tokens, sd._pos, sd._tree))
-            static, t0 = {1: sd.steps[1]}, time.perf_counter()
-            for q in sd.sizes[1:]:
-                static[q] = compile_method(sd.static, type(sd.static).forward)
-                static[q](bufs[0][q], bufs[1][q], sd._start, bufs[2][q])
-            out["static_graphs_s"] = round(time.perf_counter() - t0, 1)
-            ways["static"] = (static, bufs)
+            forward, t0 = type(sd.static).forward, time.perf_counter()
+            if against == "static":
+                other = {1: sd.steps[1], **{q: compile_method(sd.static, forward) for q in sd.sizes[1:]}}
+            else:
+                o3 = {"cpp_wrapper_build_separate": False}
+                block = compile_method(sd.static, forward, options=o3)
+                other = {1: compile_method(sd.static, forward, options=o3), **{q: block for q in sd.sizes[1:]}}
+                for q in sd.sizes[1:]:
+                    for buf in (bufs[0][q], bufs[1][q], bufs[2][q]):
+                        for dim in range(buf.dim()):
+                            torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
+            for q in sd.sizes:
+                other[q](bufs[0][q], bufs[1][q], sd._start, bufs[2][q])
+            out["against_s"] = round(time.perf_counter() - t0, 1)
+            ways[against] = (other, bufs)
         sd.prefill(torch.randint(0, target.config.vocab_size, (300,)))
         out["equal"] = {}
-        for q in sd.sizes[1:] if against_static else ():
+        for q in sd.sizes if against else ():
             got = []
             for way in ways.values():
                 use(way)
@@ -127,9 +138,13 @@ def child(method: str, calls: int, against_static: bool) -> dict:
 
             return run, lambda i: setattr(sd, "routes", [])
 
-        names = [(way, q) for q in sd.sizes for way in ways]
-        times = timed_in_rounds([point(ways[w], q) for w, q in names], 20, calls, torch.device("cpu"))
-    for (way, q), ts in zip(names, times, strict=True):
+        times: dict = {}  # each way first in half the rounds: the first of a round runs a few % slower here
+        for order in (list(ways), list(ways)[::-1]):
+            names = [(way, q) for q in sd.sizes for way in order]
+            got = timed_in_rounds([point(ways[w], q) for w, q in names], 20, calls // 2, torch.device("cpu"))
+            for name, ts in zip(names, got, strict=True):
+                times.setdefault(name, []).extend(ts)
+    for (way, q), ts in times.items():
         out.setdefault(f"{way}_step_ms", {})[q] = round(statistics.median(ts) * 1e3, 3)
     return out
 
@@ -137,19 +152,19 @@ def child(method: str, calls: int, against_static: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", default="ecospec_adaptive")
-    ap.add_argument("--against-static", action="store_true", help="also a static graph per block size, timed")
+    ap.add_argument("--against", choices=["static", "o3-wrapper"], help="the target's graphs built another way too")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--scratch", type=Path, default=None, help="where the empty cache goes (a temporary directory)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.method, args.calls, args.against_static)))
+        print(json.dumps(child(args.method, args.calls, args.against)))
         return 0
     cache = Path(tempfile.mkdtemp(prefix="cold-", dir=args.scratch))
     env = {**os.environ, "ECOSPEC_CACHE": str(cache)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the engine's own choice: under $ECOSPEC_CACHE
     cmd = [sys.executable, str(HERE), "--child", "--method", args.method, "--calls", str(args.calls)]
-    cmd += ["--against-static"] if args.against_static else []
+    cmd += ["--against", args.against] if args.against else []
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -167,11 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {part}: {seconds} s")
         if part.startswith("target"):
             print("    " + ", ".join(f"{name} {s} s" for name, s in res["target graphs"].items()))
-    if "static_graphs_s" in res:
-        print(
-            f"  against: a static graph per block size 2 .. γ, {res['static_graphs_s']} s; equal logits {res['equal']}"
-        )
-    for way in ("engine", "static"):
+    if args.against:
+        print(f"  against, {args.against}: built in {res['against_s']} s; equal logits {res['equal']}")
+    for way in ("engine", args.against):
         if f"{way}_step_ms" in res:
             steps = ", ".join(f"q = {q}: {ms} ms" for q, ms in res[f"{way}_step_ms"].items())
             print(f"  median step, {way}: {steps}")

@@ -39,13 +39,18 @@ def inductor_cache() -> str:
     return chosen
 
 
-def compile_method(obj, fn):
+def compile_method(obj, fn, options: dict | None = None):
     """`fn` bound to `obj` on a code object of its own, compiled (fullgraph, no dynamic shapes, C++ wrapper).
+
+    The C++ wrapper (a long straight line of calls into torch's C shim, one per op and buffer) is built apart from
+    the kernels, at inductor's wrapper level (`aot_inductor.compile_wrapper_opt_level`, -O1) where the kernels keep
+    -O3: built together, -O3 over the wrapper is most of a graph's cold start and barely changes the step's speed.
 
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
     them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
     share one. A shape is fixed unless an input's dimension is marked dynamic (`torch._dynamo.mark_dynamic`) before
-    the first call: the target's verify graph, one for every block size (`compiled.prepare`)."""
+    the first call: the target's verify graph, one for every block size (`compiled.prepare`). `options`: inductor
+    options over these (a study's other build)."""
     inductor_cache()
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COUNT)}")
     own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
@@ -55,7 +60,9 @@ def compile_method(obj, fn):
         fullgraph=True,
         options={
             "cpp_wrapper": True,
+            "cpp_wrapper_build_separate": True,
             "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+            **(options or {}),
         },
     )
 
