@@ -1,6 +1,7 @@
 """Every compiled artefact under `$ECOSPEC_CACHE` (issue 53): inductor's graphs, its C++ wrappers and its
 precompiled headers, even where `torch._inductor` was imported first (torch then writes its default directory into
-TORCHINDUCTOR_CACHE_DIR); a second process sharing the cache compiles nothing."""
+TORCHINDUCTOR_CACHE_DIR); a second process sharing the cache compiles nothing. The wrapper is built apart from the
+kernels and checks no input's sizes on each call (`graphs.compile_method`)."""
 
 import json
 import os
@@ -46,5 +47,7 @@ def test_compiled_artefacts_stay_under_the_cache(tmp_path):
     inductor = cache / "inductor"
     assert any(p.endswith(".so") for p in _files(inductor))  # the C++ wrapper's build
     assert any(p.endswith(".optimized.o") for p in _files(inductor))  # its kernels built apart (at -O3)
+    wrappers = [p for p in _files(inductor) if p.endswith(".main.cpp")]
+    assert wrappers and not any("assert_size_stride(" in open(p).read() for p in wrappers)  # no per-call size checks
     assert _files(inductor / "precompiled_headers")
     assert _files(tmp) == []  # torch's default directory (under TMPDIR) exists, and holds nothing

@@ -3,15 +3,16 @@ graphs (the AR step; one verify graph for every block size 2 .. γ), the EAGLE-3
 from nothing in a child process whose `$ECOSPEC_CACHE` is empty (the embedded default comes from the release, as in a
 fresh clone).
 
-    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--against static|o3-wrapper] [--scratch DIR]
+    python benchmarks/studies/cold_start.py [--method ecospec_adaptive] [--against static|o3-wrapper|size-asserts]
+        [--scratch DIR]
 
 The child then times each block size's verify step (median of `--calls` calls after a 300-token prefill, the sizes
 in rounds). `--against` builds the target's graphs a second way, times that build, checks that both ways give equal
 logits for every size and times each size's step in both, interleaved, each way first in half the rounds:
 `static`, one graph per block size 2 .. γ with the size a constant (the engine's way before its verify graph took
 the size as a symbol); `o3-wrapper`, the engine's two graphs with the C++ wrapper built with the kernels at -O3
-(the engine's way before it built the wrapper apart at -O1). One torch thread; inductor compiles with its default
-worker count.
+(before it built the wrapper apart at -O1); `size-asserts`, the engine's two graphs checking every input's sizes
+and strides on each call (inductor's default). One torch thread; inductor compiles with its default worker count.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
+AGAINST = {  # the engine's two target graphs, built with these inductor options over its own
+    "o3-wrapper": {"cpp_wrapper_build_separate": False},
+    "size-asserts": {"size_asserts": True},
+}
 
 
 def child(method: str, calls: int, against: str | None) -> dict:
@@ -111,9 +116,9 @@ def child(method: str, calls: int, against: str | None) -> dict:
             if against == "static":
                 other = {1: sd.steps[1], **{q: compile_method(sd.static, forward) for q in sd.sizes[1:]}}
             else:
-                o3 = {"cpp_wrapper_build_separate": False}
-                block = compile_method(sd.static, forward, options=o3)
-                other = {1: compile_method(sd.static, forward, options=o3), **{q: block for q in sd.sizes[1:]}}
+                opts = AGAINST[against]
+                block = compile_method(sd.static, forward, options=opts)
+                other = {1: compile_method(sd.static, forward, options=opts), **{q: block for q in sd.sizes[1:]}}
                 for q in sd.sizes[1:]:
                     for buf in (bufs[0][q], bufs[1][q], bufs[2][q]):
                         for dim in range(buf.dim()):
@@ -152,7 +157,7 @@ def child(method: str, calls: int, against: str | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", default="ecospec_adaptive")
-    ap.add_argument("--against", choices=["static", "o3-wrapper"], help="the target's graphs built another way too")
+    ap.add_argument("--against", choices=["static", *AGAINST], help="the target's graphs built another way too")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--scratch", type=Path, default=None, help="where the empty cache goes (a temporary directory)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -45,6 +45,9 @@ def compile_method(obj, fn, options: dict | None = None):
     The C++ wrapper (a long straight line of calls into torch's C shim, one per op and buffer) is built apart from
     the kernels, at inductor's wrapper level (`aot_inductor.compile_wrapper_opt_level`, -O1) where the kernels keep
     -O3: built together, -O3 over the wrapper is most of a graph's cold start and barely changes the step's speed.
+    Nor does the wrapper assert each input's sizes and strides on every call (`size_asserts`): a step's inputs are
+    the prepared object's own buffers and weights, fixed when it is prepared, and those checks over some 300 inputs
+    were a sizeable share of a small step.
 
     Dynamo keeps compiled graphs per code object, and the steps skip the guards on module attributes (evaluating
     them costs about as much as a small step), so two prepared objects (another target, other shapes) must never
@@ -61,6 +64,7 @@ def compile_method(obj, fn, options: dict | None = None):
         options={
             "cpp_wrapper": True,
             "cpp_wrapper_build_separate": True,
+            "size_asserts": False,
             "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
             **(options or {}),
         },
