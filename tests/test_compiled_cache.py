@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,7 @@ def test_compiled_artefacts_stay_under_the_cache(tmp_path):
     assert any(p.endswith(".so") for p in _files(inductor))  # the C++ wrapper's build
     assert any(p.endswith(".optimized.o") for p in _files(inductor))  # its kernels built apart (at -O3)
     wrappers = [p for p in _files(inductor) if p.endswith(".main.cpp")]
-    assert wrappers and not any("assert_size_stride(" in open(p).read() for p in wrappers)  # no per-call size checks
+    # no per-call size checks
+    assert wrappers and not any("assert_size_stride(" in Path(p).read_text() for p in wrappers)
     assert _files(inductor / "precompiled_headers")
     assert _files(tmp) == []  # torch's default directory (under TMPDIR) exists, and holds nothing

@@ -44,7 +44,7 @@ def child(method: str, calls: int, against: str | None) -> dict:
     from ecospec.bench.passes import timed_in_rounds
     from ecospec.components import load_build
     from ecospec.engine import compiled, static_qwen3
-    from ecospec.engine.compiled import prepare
+    from ecospec.engine.compiled import mark_block_size, prepare
     from ecospec.engine.graphs import compile_method
     from ecospec.engine.scope import slots
     from ecospec.engine.static_eagle3 import prepare_drafter
@@ -120,9 +120,7 @@ def child(method: str, calls: int, against: str | None) -> dict:
                 block = compile_method(sd.static, forward, options=opts)
                 other = {1: compile_method(sd.static, forward, options=opts), **{q: block for q in sd.sizes[1:]}}
                 for q in sd.sizes[1:]:
-                    for buf in (bufs[0][q], bufs[1][q], bufs[2][q]):
-                        for dim in range(buf.dim()):
-                            torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
+                    mark_block_size((bufs[0][q], bufs[1][q], bufs[2][q]), gamma)
             for q in sd.sizes:
                 other[q](bufs[0][q], bufs[1][q], sd._start, bufs[2][q])
             out["against_s"] = round(time.perf_counter() - t0, 1)

@@ -158,6 +158,15 @@ class CompiledTarget:
         return torch.cat(routes, dim=1)
 
 
+def mark_block_size(buffers, gamma: int) -> None:
+    """Make a block's size a symbol over 2 .. γ in the verify graph that `buffers` (its tokens, positions and tree)
+    are first passed to; with γ = 2 the one size stays a constant (a size of 1 would be a constant to dynamo)."""
+    if gamma > 2:
+        for buf in buffers:
+            for dim in range(buf.dim()):
+                torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
+
+
 def prepare(
     target,
     *,
@@ -185,10 +194,7 @@ def prepare(
         prepared.steps[1] = compile_method(static, StaticQwen3.forward)
         block = compile_method(static, StaticQwen3.forward) if gamma > 1 else None
         for q in prepared.sizes[1:]:
-            if gamma > 2:  # the block size a symbol over 2 .. γ (a size of 1 would be a constant to dynamo)
-                for buf in (prepared._tokens[q], prepared._pos[q], prepared._tree[q]):
-                    for dim in range(buf.dim()):
-                        torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
+            mark_block_size((prepared._tokens[q], prepared._pos[q], prepared._tree[q]), gamma)
             prepared.steps[q] = block
         for q in prepared.sizes:
             prepared.steps[q](prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
