@@ -182,14 +182,14 @@ def test_eagle3_drafter_in_the_loop(models64):
     head = head.double()
     drafter = Eagle3Drafter(head, target.get_input_embeddings())
     roots = []
-    real_begin = drafter.begin
+    real_begin = drafter.begin_rows
 
     def spy(new_tokens, new_hidden, topk, depth=None):
         out = real_begin(new_tokens, new_hidden, topk, depth)
-        roots.append(out[0])
+        roots.append(out[0][0])  # one sequence: row 0
         return out
 
-    drafter.begin = spy
+    drafter.begin_rows = spy
     ids = prompt(16, cfg.vocab_size, seed=11)
     ar = ecospec.generate(target, ids, max_new_tokens=12, eos_token_id=[])
     sd = ecospec.generate(target, ids, drafter=drafter, max_new_tokens=12, eos_token_id=[])
@@ -215,7 +215,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
 
     target, draft = models64(preset)
     oracle, chosen = [], []
-    real_oracle, real_pick = loop.oracle_experts, session.pick
+    real_oracle, real_pick = loop.RouterOracle.predict_rows, session.pick
 
     def spy_oracle(*args):
         out = real_oracle(*args)
@@ -227,7 +227,7 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
         chosen.append(out)
         return out
 
-    monkeypatch.setattr(loop, "oracle_experts", spy_oracle)
+    monkeypatch.setattr(loop.RouterOracle, "predict_rows", spy_oracle)
     monkeypatch.setattr(session, "pick", spy_pick)  # what the method's session chooses with
     ids = prompt(20, target.config.vocab_size, seed=13)
     res = ecospec.generate(
@@ -244,9 +244,10 @@ def test_oracle_sets_equal_verified_routing(models64, monkeypatch, preset):
     n = moe_info(target).num_experts
     verified = [expert_bitmasks(torch.tensor(st.trace.routes), n) for st in res.steps]  # each verify pass's routes
     assert len(oracle) == len(chosen) == len(verified) > 3
-    for (root_mask, node_masks), nodes, ver in zip(oracle, chosen, verified, strict=True):
-        assert ver[0] == root_mask
-        assert ver[1:] == [node_masks[i] for i in nodes]
+    for (root_masks, node_masks), nodes, ver in zip(oracle, chosen, verified, strict=True):
+        assert len(root_masks) == len(node_masks) == 1  # one sequence: one row
+        assert ver[0] == root_masks[0]
+        assert ver[1:] == [node_masks[0][i] for i in nodes]
 
 
 def test_recurrent_drafter_levels_and_row_slots():

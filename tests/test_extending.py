@@ -42,24 +42,35 @@ class BigramDrafter:
     hidden_layers = ()
 
     def __init__(self, vocab_size):
-        self.vocab_size, self.seq = vocab_size, []
+        self.vocab_size, self.seqs = vocab_size, [[]]
 
     def reset(self, rows=1):
-        self.seq = []
+        self.seqs = [[] for _ in range(rows)]
 
-    def _next(self, token, k):
-        seen = [self.seq[i + 1] for i in range(len(self.seq) - 2, -1, -1) if self.seq[i] == token]
+    def keep_rows(self, keep):
+        self.seqs = [self.seqs[b] for b in keep]
+
+    def _next(self, seq, token, k):
+        seen = [seq[i + 1] for i in range(len(seq) - 2, -1, -1) if seq[i] == token]
         out = list(dict.fromkeys(seen))[:k]
         out += [t for t in range(3, 3 + k) if t not in out][: k - len(out)]
         return torch.full((k,), -math.log(k)), torch.tensor(out)
 
-    def begin(self, new_tokens, new_hidden, topk, depth=None):
-        self.seq += new_tokens[0].tolist()
-        return self._next(self.seq[-1], topk)
+    def begin_rows(self, new_tokens, new_hidden, topk, depth=None):
+        rows = []
+        for seq, new in zip(self.seqs, new_tokens):
+            seq += new.tolist()
+            rows.append(self._next(seq, seq[-1], topk))
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 
-    def expand(self, tree, beam, topk):
-        pairs = [self._next(tree.tokens[i], topk) for i in beam]
-        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    def expand_rows(self, trees, beams, topk):
+        rows = [
+            [self._next(seq, tree.tokens[i], topk) for i in beam] for seq, tree, beam in zip(self.seqs, trees, beams)
+        ]
+        return (
+            torch.stack([torch.stack([p[0] for p in row]) for row in rows]),
+            torch.stack([torch.stack([p[1] for p in row]) for row in rows]),
+        )
 
 
 def load(ctx):

@@ -92,14 +92,14 @@ def test_root_distribution_matches_fresh_head(trained, preset):
     target, head, prompts = trained(preset)
     drafter = MtpDrafter(head, target)
     roots = []
-    real_begin = drafter.begin
+    real_begin = drafter.begin_rows
 
     def spy(new_tokens, new_hidden, topk, depth=None):
         out = real_begin(new_tokens, new_hidden, topk, depth)
-        roots.append(out)
+        roots.append((out[0][0], out[1][0]))  # one sequence: row 0
         return out
 
-    drafter.begin = spy
+    drafter.begin_rows = spy
     ids = prompts[1:2]
     sd = ecospec.generate(target, ids, drafter=drafter, gamma=4, depth=3, topk=2, max_new_tokens=16, eos_token_id=[])
     assert max(s.accepted for s in sd.steps) >= 3  # multi-token steps happened

@@ -267,19 +267,19 @@ def test_every_block_size_runs_one_verify_graph_that_costs_its_tokens():
     times = {2: [], 6: []}
     with torch.inference_mode():
         for q, block in blocks.items():
-            prep.prefill(ids)
-            got, _ = prep.verify(*block)
+            prep.prefill_one(ids)
+            got, _ = prep.verify_one(*block)
             n = len(ids)
             tree = torch.ones(q, q, dtype=torch.bool).tril()
             want, _ = prep.static(torch.tensor(block[0]), torch.arange(n, n + q), torch.tensor(n), tree)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         for step in (prep.steps[1], prep.steps[2]):
             assert len(_debug_get_cache_entry_list(step._torchdynamo_orig_callable.__func__.__code__)) == 1
-        prep.prefill(ids)
+        prep.prefill_one(ids)
         for _ in range(30):
             for q in (2, 6):
                 t0 = time.perf_counter()
-                prep.verify(*blocks[q])
+                prep.verify_one(*blocks[q])
                 times[q].append(time.perf_counter() - t0)
     assert statistics.median(times[2]) < statistics.median(times[6]), {
         q: statistics.median(t) for q, t in times.items()

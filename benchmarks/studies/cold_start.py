@@ -125,19 +125,19 @@ def child(method: str, calls: int, against: str | None) -> dict:
                 other[q](bufs[0][q], bufs[1][q], sd._start, bufs[2][q])
             out["against_s"] = round(time.perf_counter() - t0, 1)
             ways[against] = (other, bufs)
-        sd.prefill(torch.randint(0, target.config.vocab_size, (300,)))
+        sd.prefill_one(torch.randint(0, target.config.vocab_size, (300,)))
         out["equal"] = {}
         for q in sd.sizes if against else ():
             got = []
             for way in ways.values():
                 use(way)
-                got.append(sd.verify(*blocks[q]))
+                got.append(sd.verify_one(*blocks[q]))
             out["equal"][q] = all(torch.equal(a, b) for a, b in zip(*got, strict=True))
 
         def point(way, q):
             def run():
                 use(way)
-                sd.verify(*blocks[q])
+                sd.verify_one(*blocks[q])
 
             return run, lambda i: setattr(sd, "routes", [])
 

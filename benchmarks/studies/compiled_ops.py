@@ -148,7 +148,7 @@ def run(prompts: int, tokens: int, rounds: int) -> dict:
     scopes.wrap(head, "expand", "head pass", units=lambda *a, **k: 0)  # a step's levels count once, at begin
     scopes.wrap(pred, "predict", "predictor pass")
     blocks = {q: chain(q) for q in (2, 6)}
-    sd.prefill(ids[0][0])
+    sd.prefill_one(ids[0][0])
 
     def one_round():
         for p in ids:
@@ -159,7 +159,7 @@ def run(prompts: int, tokens: int, rounds: int) -> dict:
             )  # fmt: skip
         for q, block in blocks.items():
             with scopes.scope(f"verify, {q} tokens"):
-                sd.verify(*block)  # nothing committed: every call verifies the same block
+                sd.verify_one(*block)  # nothing committed: every call verifies the same block
 
     with torch.inference_mode():
         one_round()  # warm
@@ -193,12 +193,12 @@ def spin(q: int, seconds: float) -> None:
     sd = verify_target(target, drafter, slots(ids.shape[0] + TOKENS + GAMMA))  # `run`'s graphs at its defaults
     block = chain(q)
     with torch.inference_mode():
-        sd.prefill(ids)
+        sd.prefill_one(ids)
         for _ in range(100):
-            sd.verify(*block)
+            sd.verify_one(*block)
         calls, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            sd.verify(*block)
+            sd.verify_one(*block)
             calls += 1
     print(f"{q}-token verify: {(time.perf_counter() - t0) / calls * 1e6:.0f} µs a call over {calls} calls")
 

@@ -17,7 +17,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 _LAZY = {
     "generate": "ecospec.engine.loop",
-    "generate_batch": "ecospec.engine.batch_loop",
+    "generate_batch": "ecospec.engine.loop",
     "select": "ecospec.selection",
     "select_batch": "ecospec.selection",
 }

@@ -85,7 +85,7 @@ def run_compiled(
         prepared = prepare(target, gamma=max(gammas), max_len=max_len, forced_routing=True)  # its two graphs: every γ
         static = prepared.static
         for gamma in (1, *gammas):
-            prepared.prefill(torch.randint(0, VOCAB, (prefix,), generator=gen))
+            prepared.prefill_one(torch.randint(0, VOCAB, (prefix,), generator=gen))
             tokens = torch.randint(0, VOCAB, (gamma,), generator=gen)
             pos = torch.arange(prefix, prefix + gamma)
             start = torch.tensor(prefix)

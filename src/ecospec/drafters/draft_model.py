@@ -78,7 +78,9 @@ class DraftModelDrafter:
         return self._topk(self._begin([new_tokens[0]])[0], topk)
 
     @torch.no_grad()
-    def begin_rows(self, new_tokens: list[torch.Tensor], new_hidden, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def begin_rows(
+        self, new_tokens: list[torch.Tensor], new_hidden, topk: int, depth: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`begin` for every row in one forward: new_tokens[b] [m_b] -> (log-probs [B, k], ids [B, k])."""
         return self._topk(self._begin(new_tokens), topk)
 

@@ -498,7 +498,11 @@ class Eagle3Drafter:
 
     @torch.no_grad()
     def begin_rows(
-        self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int
+        self,
+        new_tokens: list[torch.Tensor],
+        new_hidden: list[torch.Tensor] | None,
+        topk: int,
+        depth: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`begin` for every row at once (one head forward): new_tokens[b] [m_b], new_hidden[b] [m'_b, F].
         Returns the roots' top-k children: (log-probs [B, k], target ids [B, k])."""

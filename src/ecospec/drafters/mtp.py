@@ -224,7 +224,11 @@ class MtpDrafter:
 
     @torch.no_grad()
     def begin_rows(
-        self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int
+        self,
+        new_tokens: list[torch.Tensor],
+        new_hidden: list[torch.Tensor] | None,
+        topk: int,
+        depth: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`begin` for every row in one head forward (see `Eagle3Drafter.begin_rows`)."""
         if new_hidden is None:

@@ -27,12 +27,16 @@ from ecospec.engine.tree import ancestor_mask
 from ecospec.models.adapters import moe_info
 
 
-def refusal(target, drafter=None, expert_budget=None) -> str | None:
+def refusal(target, drafter=None, expert_budget=None, batch_size: int = 1) -> str | None:
     """Why `engine="compiled"` cannot run this decode (one line), or None (`engine.scope.compiled_problem`, which
     validation asks too, then the toolchain). Never a silent fall back to eager."""
     kind = None if drafter is None else getattr(drafter, "kind", type(drafter).__name__)
     problem = compiled_problem(
-        moe_info(target).family, hidden_act=target.config.hidden_act, drafter=kind, expert_budget=expert_budget
+        moe_info(target).family,
+        hidden_act=target.config.hidden_act,
+        drafter=kind,
+        expert_budget=expert_budget,
+        batch_size=batch_size,
     )
     return problem or toolchain_missing()
 
@@ -103,7 +107,35 @@ class CompiledTarget:
         if n > self.max_len:
             raise ValueError(f"the sequence needs {n} cache slots; the compiled target was prepared for {self.max_len}")
 
-    def prefill(self, ids: torch.Tensor):
+    # -- the decode loop's calls (`engine.targets`), one sequence ------------------------------------------------
+
+    def prefill(self, prompts: list[torch.Tensor]):
+        logits, feats = self.prefill_one(self._one(prompts))
+        return logits, None if feats is None else [feats[0]]
+
+    def verify(self, blocks):
+        blk = self._one(blocks)
+        logits, feats = self.verify_one(blk.tokens, blk.parents, blk.depths)
+        return [logits], None if feats is None else [feats[0]]
+
+    def compact(self, paths: list[list[int]]) -> None:
+        self.compact_one(self._one(paths))
+
+    def drop(self, keep: list[int]) -> None:
+        raise ValueError("drop: a decode of one sequence has no rows to drop")
+
+    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
+        return [self.lookup_one(self._one(roots), self._one(trees))]
+
+    @staticmethod
+    def _one(rows: list):
+        if len(rows) != 1:
+            raise ValueError(f"the compiled target decodes one sequence at a time, got {len(rows)}")
+        return rows[0]
+
+    # -- one sequence's passes (what the studies time) ---------------------------------------------------------
+
+    def prefill_one(self, ids: torch.Tensor):
         """The prompt [n] at slots 0..n-1 (uncompiled): (last position's logits [1, V], features [1, n, F] or None)."""
         n = ids.shape[0]
         self._check_room(n + self.gamma)
@@ -113,7 +145,7 @@ class CompiledTarget:
         self.length, self.routes = n, []
         return logits[-1:], None if feats is None else feats[None]
 
-    def verify(self, tokens: list[int], parents: list[int], depths: list[int]):
+    def verify_one(self, tokens: list[int], parents: list[int], depths: list[int]):
         """One step's block (root + chosen nodes, block-index parents) after the committed tokens, at its own size
         (the AR graph for q = 1, the verify graph for 2 .. γ): (logits [q, V], features [1, q, F] or None). Its
         routes are kept for the counts at the end."""
@@ -130,7 +162,7 @@ class CompiledTarget:
         self.routes.append(self.static.routes[:, :q].clone())
         return logits, None if feats is None else feats[None]
 
-    def lookup(self, root: int, tree) -> torch.Tensor:
+    def lookup_one(self, root: int, tree) -> torch.Tensor:
         """The oracle's pass over root + the whole tree (uncompiled, analysis only): its routes [L_moe, 1 + n, k].
         It writes scratch slots after the committed tokens, which the next step overwrites."""
         n = len(tree) + 1
@@ -141,7 +173,7 @@ class CompiledTarget:
         self.static(tokens, pos, torch.tensor(self.length, device=dev), ancestor_mask(tree.parents, dev))
         return self.static.routes[:, :n].clone()
 
-    def compact(self, path: list[int]) -> None:
+    def compact_one(self, path: list[int]) -> None:
         """Move the accepted path's cache rows (block indices) right after the committed tokens."""
         start = self.length
         if path != list(range(len(path))):

@@ -54,6 +54,34 @@ class GenerateResult:
         return mean_experts(self.steps)
 
 
+@dataclass
+class BatchStepStats:
+    """One verify pass over every sequence still in the batch."""
+
+    sequences: int  # sequences in the pass
+    verified: int  # tokens verified, all sequences (padding excluded)
+    experts: list[int]  # unique experts per MoE layer over the whole pass
+    t_draft: float = 0.0  # seconds, all sequences
+    t_pred: float = 0.0
+    t_select: float = 0.0
+    t_verify: float = 0.0  # the target's pass + acceptance + compaction
+    t_total: float = 0.0
+    t_cpu: float = 0.0  # the thread's CPU time over the pass (StepStats.t_cpu)
+
+
+@dataclass
+class BatchResult:
+    results: list[GenerateResult]  # per prompt, in input order
+    steps: list[BatchStepStats] = field(default_factory=list)
+    t_prefill: float = 0.0
+    t_prefill_cpu: float = 0.0
+
+    @property
+    def experts_per_layer(self) -> float:
+        """E of the batched passes: mean over passes and MoE layers of the unique experts per layer."""
+        return mean_experts(self.steps)
+
+
 def mean_experts(steps) -> float:
     """Mean over verify passes (anything with `.experts`, unique experts per MoE layer) and layers."""
     vals = [e for s in steps for e in s.experts]

@@ -38,7 +38,7 @@ def compiled_problem(
     if drafter is not None and drafter not in compiled:
         return f"engine=compiled drafts with {', '.join(compiled)}, not {drafter}"
     if batch_size != 1:
-        return "engine=compiled decodes at batch_size=1 only (generate_batch is eager)"
+        return "engine=compiled decodes at batch_size=1 only (one sequence at a time, for now)"
     if parallel not in (None, "device_map"):
         return "engine=compiled runs on one process (no model.parallel=tp|ep)"
     if backend != "hf":

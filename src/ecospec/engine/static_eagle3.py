@@ -307,6 +307,21 @@ class CompiledEagle3:
         self._tree, self._node_row = None, {}
         return vals[0], ids[0]
 
+    def begin_rows(self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int, depth=None):
+        """`begin` in the decode loop's row form (one row: the compiled drafter drafts one sequence)."""
+        if len(new_tokens) != 1:
+            raise ValueError(f"engine=compiled drafts one sequence at a time, got {len(new_tokens)}")
+        vals, ids = self.begin(new_tokens[0][None], None if new_hidden is None else new_hidden[0][None], topk, depth)
+        return vals[None], ids[None]
+
+    def expand_rows(self, trees: list[DraftTree], beams: list[list[int]], topk: int | None = None):
+        vals, ids = self.expand(trees[0], beams[0], topk)
+        return vals[None], ids[None]
+
+    def keep_rows(self, keep: list[int]) -> None:
+        if list(keep) != [0]:
+            raise ValueError("engine=compiled drafts one sequence at a time (batch size 1)")
+
     def _ahead(self, depth: int | None) -> int:
         return next((d for d in self.depths if depth is not None and d >= depth), self.depth)
 

@@ -195,6 +195,17 @@ class CompiledPredictor:
         masks = unpack_bitmasks(words)
         return masks[0], masks[1:]
 
+    def predict_rows(self, new_tokens: list[torch.Tensor], trees: list[DraftTree]) -> tuple[list[int], list[list[int]]]:
+        """`predict` in the decode loop's row form (one row: the compiled predictor runs one sequence)."""
+        if len(new_tokens) != 1:
+            raise ValueError(f"engine=compiled predicts for one sequence at a time, got {len(new_tokens)}")
+        root, nodes = self.predict(new_tokens[0][None], trees[0])
+        return [root], [nodes]
+
+    def keep_rows(self, keep: list[int]) -> None:
+        if list(keep) != [0]:
+            raise ValueError("engine=compiled predicts for one sequence at a time (batch size 1)")
+
 
 def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int):
     """The compiled form of an `ExpertPredictor` (prepared once per predictor and shapes); None, "oracle" and an

@@ -1,6 +1,5 @@
-"""The pieces of a decode step that the batch-1 loop (`loop.generate`) and the batched loop
-(`batch_loop.generate_batch`) share: argument checks, the block a step verifies, acceptance and committing the
-produced tokens."""
+"""The pieces of a decode step (`loop.decode`): argument checks, the block a step verifies, acceptance and
+committing the produced tokens."""
 
 from __future__ import annotations
 

@@ -55,31 +55,36 @@ def grow_tree(
     Pool size: k + (depth - 1) * k^2. `stop` (adaptive drafting, off by default: the paper's trees are
     fixed): no further level once the newest level's most probable child has a conditional probability
     below `stop` (the level itself is kept), as transformers' assisted generation stops its draft.
+    The one-row form of `grow_trees`, which the decode loop calls.
     """
-    tree, beam = _root_level(root_logp.tolist(), root_ids.tolist())
-    confident = stop is None or math.exp(max(root_logp.tolist())) >= stop
-    for _ in range(depth - 1):
-        if not confident:
-            break
-        logp, ids = expand(tree, beam, len(beam))
-        cond = [[math.exp(x) for x in row] for row in logp.tolist()]  # a few values: Python beats two tensor ops
-        confident = stop is None or max(map(max, cond)) >= stop
-        beam = _add_level(tree, beam, cond, ids.tolist())
-    return tree
+
+    def expand_rows(trees, beams, k):
+        logp, ids = expand(trees[0], beams[0], k)
+        return logp[None], ids[None]
+
+    return grow_trees(root_logp[None], root_ids[None], expand_rows, depth, stop)[0]
 
 
 # expand_rows(trees, beams, k) -> (log-probs [B, beam, k], ids [B, beam, k]): a batched drafter's `expand_rows`.
 ExpandRows = Callable[[list[DraftTree], list[list[int]], int], tuple[torch.Tensor, torch.Tensor]]
 
 
-def grow_trees(root_logp: torch.Tensor, root_ids: torch.Tensor, expand_rows: ExpandRows, depth: int) -> list[DraftTree]:
+def grow_trees(
+    root_logp: torch.Tensor, root_ids: torch.Tensor, expand_rows: ExpandRows, depth: int, stop: float | None = None
+) -> list[DraftTree]:
     """`grow_tree` for every row of a batch (root_logp / root_ids [B, k]), one drafter forward per level for all
-    rows; each row's tree is exactly the one `grow_tree` grows from its row alone."""
-    grown = [_root_level(lp, ids) for lp, ids in zip(root_logp.tolist(), root_ids.tolist(), strict=True)]
+    rows. Without `stop`, each row's tree is exactly the one `grow_tree` grows from its row alone; with it, the rows
+    grow alike until no row's newest level is confident (one row: `grow_tree`'s stop)."""
+    logp_rows = root_logp.tolist()
+    grown = [_root_level(lp, ids) for lp, ids in zip(logp_rows, root_ids.tolist(), strict=True)]
     trees, beams = [t for t, _ in grown], [b for _, b in grown]
+    confident = stop is None or any(math.exp(max(row)) >= stop for row in logp_rows)
     for _ in range(depth - 1):
+        if not confident:
+            break
         logp, ids = expand_rows(trees, beams, len(beams[0]))
-        cond = [[[math.exp(x) for x in node] for node in row] for row in logp.tolist()]
+        cond = [[[math.exp(x) for x in node] for node in row] for row in logp.tolist()]  # a few values: Python
+        confident = stop is None or any(max(map(max, row)) >= stop for row in cond)
         ids = ids.tolist()
         beams = [_add_level(t, b, c, i) for t, b, c, i in zip(trees, beams, cond, ids, strict=True)]
     return trees
