@@ -16,8 +16,8 @@ from ecospec.models import perturbed_copy, tiny_model
 ADAPTIVE = ("evict", "cascade", "ecospec_adaptive")
 
 
-def profile(per_expert: float, overhead: float = 0.001, layers: int = 2) -> VerifyProfile:
-    """A made-up profile: `per_expert` decides whether a wider block pays."""
+def profile(per_expert: float, overhead: float = 0.001, layers: int = 2, batch=None) -> VerifyProfile:
+    """A made-up profile: `per_expert` decides whether a wider block pays; `batch`: its `verify_by_batch`."""
     return VerifyProfile(
         model="t",
         engine="eager",
@@ -35,6 +35,7 @@ def profile(per_expert: float, overhead: float = 0.001, layers: int = 2) -> Veri
         predictor_pass_s=0.0002,
         experts_by_tokens={str(t): min(8.0, 2.0 * t) for t in range(1, 9)},
         source="test",
+        verify_by_batch=batch,
     )
 
 
@@ -147,3 +148,80 @@ def test_adaptive_methods_decode_compiled_as_eager(selector):
     compiled = ecospec.generate(target, ids, engine="compiled", **kw)
     assert compiled.tokens == eager.tokens
     assert [st.verified for st in compiled.steps] == [st.verified for st in eager.steps]
+
+
+@pytest.mark.parametrize("selector", ADAPTIVE)
+def test_each_sequence_of_a_batch_decides_its_own_steps(pair, selector):
+    """At B > 1 every sequence keeps its own session: its tokens equal AR's and its steps (drafted depth, block,
+    tokens produced) equal `generate`'s on its prompt alone, though the batch drafts to its deepest row each step
+    (EVICT drafts the configured tree every step; EcoSpec-Adaptive's rows keep in step here)."""
+    target, drafter, _ = pair
+    gen = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
+    kw = dict(drafter=drafter, selector=selector, gamma=6, max_new_tokens=30, eos_token_id=[])
+    if method(selector).predictor:
+        kw["predictor"] = "oracle"
+    steps = lambda res: [(st.drafted_depth, st.verified, st.accepted) for st in res.steps]  # noqa: E731
+    mixed = False
+    for prof in (CHEAP, profile(2e-4), DEAR):
+        got = ecospec.generate_batch(target, prompts, profile=prof, **kw)
+        for p, res in zip(prompts, got.results, strict=True):
+            alone = ecospec.generate(target, p[None], profile=prof, **kw)
+            assert (
+                res.tokens
+                == alone.tokens
+                == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
+            )
+            assert steps(res) == steps(alone)
+        together = min(len(r.steps) for r in got.results)  # every sequence was in the first passes
+        mixed |= any(len({r.steps[j].drafted_depth for r in got.results}) > 1 for j in range(together))
+    if selector == "cascade":  # sets each sequence's draft length from its own acceptance
+        assert mixed, "the batch never drafted rows to different depths in one pass"
+
+
+def test_adaptive_verify_takes_the_batch_global_top_k_at_its_best_rate():
+    """The batch's nodes ranked together by P: a sequence with likelier nodes gets more of the k, each within its
+    budget and prefix-closed, and k is the prefix of that order with the most expected tokens per second (every
+    prefix priced, as a brute force over k checks)."""
+    from ecospec.engine.tree import DraftTree
+    from ecospec.methods._rate import best_prefix
+    from ecospec.methods.adaptive_verify import global_top_k
+
+    def chain(*probs):
+        t, parent, p = DraftTree(), -1, 1.0
+        for q in probs:
+            p *= q
+            parent = t.add(7, parent, p)
+        return t
+
+    trees = [chain(0.9, 0.9, 0.9, 0.9), chain(0.3, 0.5), chain(0.95, 0.2, 0.9)]
+    # the order: P 0.95 (sequence 2), 0.9, 0.81, 0.729 (sequence 0, its budget of 3 then spent), 0.3 (1), 0.19,
+    # 0.171 (2), 0.15 (1); each pick's block sizes (the batch pays for its longest)
+    order = [(2, 0.95), (0, 0.9), (0, 0.81), (0, 0.729), (1, 0.3), (2, 0.19), (2, 0.171), (1, 0.15)]
+    longest = [2, 2, 3, 4, 4, 4, 4, 4]
+    # two tokens a sequence cost little more than one; three cost a lot
+    batch = profile(1e-6, 0.01, batch={"3": {"1": [0.003, 8.0], "2": [0.0035, 9.0], "3": [0.02, 10], "4": [0.03, 11]}})
+    drafted = 0.01 + 4 * 0.0003  # the loop's overhead and four tree levels at the profile's head pass
+    seconds = [drafted + batch.t_batch(3, q) for q in [1, *longest]]
+    n, _ = best_prefix([p for _, p in order], seconds, base=3)
+    assert n == 2 and global_top_k(batch, trees, budget=3) == [[0], [], [0]]
+    cheap = profile(1e-6, 0.01, batch={"3": {str(q): [0.003 + 0.0001 * q, 8.0] for q in range(1, 6)}})
+    assert global_top_k(cheap, trees, budget=3) == [[0, 1, 2], [0, 1], [0, 1, 2]]  # every node, 3 at most each
+    dear = profile(1e-6, 0.0, batch={"3": {str(q): [0.003 * q, 8.0] for q in range(1, 6)}})
+    assert global_top_k(dear, trees, budget=3) == [[], [], []]  # every token costs an AR step: AR pays best
+
+
+@pytest.mark.parametrize("prof", [CHEAP, DEAR], ids=["cheap", "dear"])
+def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
+    target, drafter, _ = pair
+    gen = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
+    kw = dict(drafter=drafter, gamma=6, max_new_tokens=30, eos_token_id=[], profile=prof)
+    steps = lambda res: [(st.drafted_depth, st.verified, st.accepted) for st in res.steps]  # noqa: E731
+    alone = ecospec.generate(target, prompts[0][None], selector="adaptive_verify", **kw)
+    assert steps(alone) == steps(ecospec.generate(target, prompts[0][None], selector="evict", **kw))
+    got = ecospec.generate_batch(target, prompts, selector="adaptive_verify", **kw)
+    for p, res in zip(prompts, got.results, strict=True):
+        assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
+    speculating = sum(s.verified > s.sequences for s in got.steps) / len(got.steps)
+    assert speculating > 0.5 if prof is CHEAP else speculating < 0.5

@@ -54,6 +54,7 @@ def test_the_registry_is_the_selectors_and_says_what_each_needs():
         "evict",
         "cascade",
         "ecospec_adaptive",
+        "adaptive_verify",
         "oracle",
     )
     assert {m.name: m.predictor for m in methods()} == {
@@ -64,10 +65,11 @@ def test_the_registry_is_the_selectors_and_says_what_each_needs():
         "evict": None,
         "cascade": None,
         "ecospec_adaptive": "learned",
+        "adaptive_verify": None,
         "oracle": "oracle",
     }
     assert [m.name for m in methods() if m.buffered] == ["ecospec", "ecospec_adaptive", "oracle"]
-    assert [m.name for m in methods() if m.cost_model] == ["evict", "cascade", "ecospec_adaptive"]
+    assert [m.name for m in methods() if m.cost_model] == ["evict", "cascade", "ecospec_adaptive", "adaptive_verify"]
     with pytest.raises(ValueError, match="unknown policy 'nope'; allowed: confidence, chain, global_cost"):
         method("nope")
 

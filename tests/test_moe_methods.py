@@ -4,7 +4,6 @@ records into the table with its goals."""
 
 import json
 
-import pytest
 from hydra import compose, initialize_config_dir
 
 from ecospec import conf_dir
@@ -56,12 +55,8 @@ def test_cells_name_their_profile_and_the_report_checks_the_goals(tmp_path, monk
     assert f"Profile `{path.stem}` (hash {saved['hash']})" in text
     assert "- Every method token-exact against AR at T = 0 on every prompt: yes" in text
     assert "Upper bound at T = 0" in text
-
-
-@pytest.mark.parametrize("method", ["evict", "cascade", "ecospec_adaptive"])
-def test_a_method_that_decides_per_prompt_refuses_batches(tmp_path, method):
-    from ecospec.experiment.config import ConfigError, validate
-
-    cfg, _ = _cfg(tmp_path, f"method={method}", "batch_size=2", "model=tiny")
-    with pytest.raises(ConfigError, match=f"batch_size=2.*selector {method} decides each prompt's steps itself"):
-        validate(cfg)
+    # a method that decides per prompt decides per sequence in a batch: lossless, on the profile it names
+    cfg, cell_dir = _cfg(tmp_path / "batched", "method=cascade", "batch_size=2")
+    rec = run_cell(cfg, cell_dir)
+    assert rec["status"] == "ok", rec.get("traceback")
+    assert rec["profile"]["key"] == path.stem and rec["summary"]["matches_ar"] == 1.0

@@ -44,3 +44,32 @@ def test_profile_is_measured_written_and_found(tmp_path, monkeypatch):
     assert rows["verify, 4 tokens"]["bytes"] > rows["verify, 2 tokens"]["bytes"] > ar["bytes"]
     profile, digest = load_profile("tiny_random", "eager", p["dtype"], p["processor"])
     assert digest == data["hash"] and profile.t_verify(4, 6) > profile.t_verify(1, 2)
+
+
+def test_batched_passes_are_measured_as_cells_run_them():
+    """The profile's batch table: real `generate_batch` decodes of the embedded default, each batch size's verify
+    phase by tokens a sequence (AR: 1, the chain of γ: γ) with the unique experts over the batch, and its tree
+    head pass; `t_batch` prices a batched pass from it, and from the line where it was not measured."""
+    from dataclasses import replace
+
+    from ecospec.analysis.cost import VerifyProfile
+    from ecospec.bench.profile import _batched
+    from ecospec.components import load_build
+    from ecospec.tiny.build import paths
+
+    target, tokenizer, drafter, _ = load_build(paths("full"))
+    by_batch, heads = _batched(target, tokenizer, drafter, tokens=6, gammas=(3,), batches=(2,))
+    assert set(by_batch) == {"2"} and set(by_batch["2"]) == {"1", "3"} and heads["2"] > 0
+    top_k, experts = target.config.num_experts_per_tok, target.config.num_experts
+    for q, (seconds, e) in by_batch["2"].items():
+        assert seconds > 0 and top_k <= e <= min(experts, 2 * int(q) * top_k)
+    assert by_batch["2"]["1"][1] < by_batch["2"]["3"][1]  # more tokens, more unique experts
+    line = VerifyProfile(
+        model="t", engine="eager", dtype="float32", processor="x", layers=2, intercept_s=0.001, per_token_s=0.0001,
+        per_expert_layer_s=0.00001, r2=1.0, points=3, ar_step_s=0.002, overhead_s=0.0005, draft_pass_s={"tree": 0.0003},
+        predictor_pass_s=None, experts_by_tokens={"1": 2.0, "2": 3.0, "4": 5.0}, source="test",
+    )  # fmt: skip
+    measured = replace(line, verify_by_batch=by_batch, draft_by_batch=heads)
+    assert measured.t_batch(2, 3) == by_batch["2"]["3"][0] and measured.t_draft(2, 3) == 3 * heads["2"]
+    assert line.t_batch(2, 2) == pytest.approx(0.001 + 0.0001 * 4 + 0.00001 * 5.0 * 2)  # 4 tokens: E 5 on 2 layers
+    assert line.t_batch(1, 2) == line.t_verify(2, 3.0) and line.t_draft(4, 2) == 0.0006

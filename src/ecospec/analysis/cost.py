@@ -636,6 +636,10 @@ class VerifyProfile:
     source: str
     # str(t) -> [seconds, unique experts per layer]: the mean verify phase of real steps of t tokens and their mean E
     verify_by_tokens: dict | None = None
+    # str(B) -> {str(t): [seconds, unique experts per layer over the batch]}: the mean verify phase of real batched
+    # passes of B sequences whose longest block is t tokens (a batch runs padded to it), B > 1
+    verify_by_batch: dict | None = None
+    draft_by_batch: dict | None = None  # str(B) -> seconds of one tree head pass over B sequences, B > 1
     version: int = PROFILE_VERSION
 
     def t_verify(self, tokens: int, experts_per_layer: float) -> float:
@@ -657,6 +661,23 @@ class VerifyProfile:
         `experts_per_layer`, or the expected count for that many tokens)."""
         e = self.experts(tokens) if experts_per_layer is None else experts_per_layer
         return self.overhead_s + draft_s + self.t_verify(tokens, e)
+
+    def t_batch(self, sequences: int, tokens: int) -> float:
+        """A verify pass of `sequences` sequences whose longest block is `tokens` tokens: one sequence's
+        `t_verify` at the experts that many tokens route to; a batch's real passes of that shape where measured
+        (`verify_by_batch`), else the line over every row's tokens at the experts that many route to."""
+        if sequences == 1:
+            return self.t_verify(tokens, self.experts(tokens))
+        measured = (self.verify_by_batch or {}).get(str(sequences), {}).get(str(tokens))
+        if measured is not None:
+            return measured[0]
+        total = sequences * tokens
+        return self.intercept_s + self.per_token_s * total + self.per_expert_layer_s * self.experts(total) * self.layers
+
+    def t_draft(self, sequences: int, passes: int, shape: str = "tree") -> float:
+        """`passes` head passes of `shape` over `sequences` sequences (one pass serves every row)."""
+        batched = (self.draft_by_batch or {}).get(str(sequences)) if shape == "tree" else None
+        return passes * (batched if batched is not None else self.draft_pass_s.get(shape, 0.0))
 
     @property
     def key(self) -> str:

@@ -46,6 +46,7 @@ from ecospec.bench.passes import timed
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
+BATCHES = (2, 4, 8)  # the batch sizes whose verify passes and head passes a profile measures (the eager engine's)
 LARGE = 512 << 20  # a read buffer well beyond any last-level cache (512 MiB)
 
 
@@ -182,7 +183,49 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
         f"embedded default: {len(ids)} held-out prompts x {tokens} tokens, AR and chains of gamma "
         f"{', '.join(map(str, gammas))}, second of two rounds"
     )
+    if engine == "eager":  # the compiled engine decodes one sequence at a time
+        out["by_batch"], out["draft_by_batch"] = _batched(target, tokenizer, drafter, tokens, gammas)
+        out["source"] += f"; batches of {', '.join(map(str, BATCHES))} held-out prompts alike"
     return out
+
+
+def _batched(target, tokenizer, drafter, tokens: int, gammas, batches=BATCHES) -> tuple[dict, dict]:
+    """From real batched decodes (`generate_batch`, eager) of B held-out prompts for each B in `batches`: the mean
+    verify phase and unique experts per layer of the passes where all B sequences verify t tokens (AR: t = 1; the
+    chain of each γ: t = γ), {str(B): {str(t): [seconds, E]}}, and one tree head pass over B sequences,
+    {str(B): seconds}. The second of two rounds is timed."""
+    import ecospec
+    from ecospec.tiny.evaluate import heldout_ids
+
+    per = -(-max(batches) // 2)
+    ids = [p[0] for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval"], per).values() for p in ps]
+    runs = [("ar", None, "confidence", max(gammas))] + [("chain", drafter, "chain", g) for g in gammas]
+    runs.append(("tree", drafter, "confidence", max(gammas)))
+    by_batch, draft = {}, {}
+    for b in batches:
+        steps, heads = [], [0, 0.0]
+        for shape, dr, selector, gamma in runs:
+            for warm in (True, False):
+                res = ecospec.generate_batch(
+                    target, ids[:b], drafter=dr, selector=selector, gamma=gamma, max_new_tokens=tokens
+                )
+                if warm:
+                    continue
+                full = [s for s in res.steps if s.sequences == b]
+                if shape == "tree":
+                    heads[0] += 3 * len(res.steps)  # the configured tree's depth, every pass
+                    heads[1] += sum(s.t_draft for s in res.steps)
+                else:
+                    steps += [(s.verified // b, sum(s.experts) / len(s.experts), s.t_verify) for s in full]
+        by_batch[str(b)] = {
+            str(q): [
+                float(np.mean([t for n, _, t in steps if n == q])),
+                float(np.mean([e for n, e, _ in steps if n == q])),
+            ]
+            for q in sorted({n for n, _, _ in steps})
+        }
+        draft[str(b)] = heads[1] / max(heads[0], 1)
+    return by_batch, draft
 
 
 def fit_steps(steps, per_expert_layer_s: float, layers: int) -> tuple[float, float, float]:
@@ -253,6 +296,7 @@ def measure(
         draft, pred = dec["draft"], sum(dec["pred"]) / len(dec["pred"])
         experts = window_experts(dec["routes"], cost.num_experts, sizes)
         by_tokens = dec["by_tokens"]
+        by_batch, draft_by_batch = dec.get("by_batch"), dec.get("draft_by_batch")
         parts = (
             f"per expert: bench.verify_latency's forced routing ({len(records)} passes); per token and "
             f"intercept (and verify_by_tokens, which t_verify uses): the verify phases of {n} real steps "
@@ -261,6 +305,7 @@ def measure(
         )
     else:
         ar_step, overhead, draft, pred, by_tokens = ar_pass, max(0.0, ar_pass - fit_ar), {}, None, None
+        by_batch = draft_by_batch = None
         experts = {str(t): independent_experts(cost.num_experts, cost.top_k, t) for t in sizes}
         parts = (
             f"bench.verify_latency's forced routing, {n} points (the embedded default adds real decodes: "
@@ -285,6 +330,8 @@ def measure(
         experts_by_tokens=experts,
         source=parts,
         verify_by_tokens=by_tokens,
+        verify_by_batch=by_batch,
+        draft_by_batch=draft_by_batch,
     )
     body = asdict(profile)
     path = profiles_dir() / f"{profile.key}.json"
@@ -312,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{path}"
         )
         print(describe(json.loads(path.read_text())["bandwidth"]))
+        for b, by_q in (p.get("verify_by_batch") or {}).items():
+            ms = ", ".join(f"{q}: {v[0] * 1e3:.2f} ms at E {v[1]:.1f}" for q, v in by_q.items())
+            head = p["draft_by_batch"][b] * 1e3
+            print(f"  B = {b}: verify phase by tokens a sequence {ms}; tree head pass {head:.3f} ms")
     return 0
 
 

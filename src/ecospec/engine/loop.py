@@ -21,8 +21,8 @@ from ecospec.engine.targets import open_target
 from ecospec.engine.timer import StepTimer
 from ecospec.engine.tree import DraftTree, grow_trees
 from ecospec.methods import method
+from ecospec.methods._batch import choose_rows
 from ecospec.models.adapters import moe_info
-from ecospec.selection import select_batch
 
 
 @torch.inference_mode()  # no autograd bookkeeping on any op (faster than no_grad: docs/benchmarks.md)
@@ -106,8 +106,9 @@ def generate_batch(
 ) -> BatchResult:
     """Generate up to `max_new_tokens` tokens for each of `prompts` (1-D token lists or tensors, any lengths): every
     sequence drafts its own tree and selects its own nodes, one target pass verifies every sequence's block (docs/
-    design.md, "Batches"). Each sequence's tokens and per-step records equal `generate()` on its prompt alone
-    (greedy: token for token; sampling: each row has its own generator).
+    design.md, "Batches"); a method with per-prompt state keeps a session per sequence. Each sequence's tokens and
+    per-step records equal `generate()` on its prompt alone (greedy: token for token; sampling: each row has its own
+    generator).
 
     `batch_buffer="batch"` (ecospec): one expert buffer for the batch (`select_batch(shared_buffer=True)`), since
     the verify pass loads the union of every sequence's experts. `seed`: one for every row (each row then samples
@@ -132,11 +133,6 @@ def generate_batch(
             top_p,
             max_new_tokens,
             profile,
-        )
-    if len(rows) > 1 and drafter is not None and method(selector).session is not None:
-        raise ValueError(
-            f"selector {selector!r} decides each prompt's steps itself (its session): generate_batch "
-            "runs the methods that draft the configured tree; decode it at batch size 1"
         )
     seeds = [seed] * len(rows) if isinstance(seed, int) else list(seed)
     if len(seeds) != len(rows) or not all(isinstance(s, int) for s in seeds):
@@ -193,7 +189,6 @@ def decode(
     spec = method(selector)
     sessions = [spec.open(gamma, depth, topk, profile) for _ in prompts]
     needs_experts = spec.predictor is not None
-    shared_buffer = shared_buffer and spec.buffered and len(prompts) > 1
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
     longest = max(p.shape[0] for p in prompts) + max_new_tokens + block
     tgt = open_target(engine, target, drafter, expert_budget, budget_policy, block, longest, rows=len(prompts))
@@ -231,13 +226,16 @@ def decode(
             if not active:
                 break
             timer.start()
-            # 1. Draft every sequence's tree as deep and wide as the method asks (depth 0: none this step).
-            d, k = step_shape([sessions[s] for s in active]) if drafter is not None else (0, 0)
+            # 1. Draft each sequence's tree as deep as its method asks this step (depth 0: none): the batch drafts
+            # to the deepest, and each tree is cut to its own depth.
+            shapes = [sessions[s].shape() for s in active] if drafter is not None else [(0, 0)] * len(active)
+            d, k = step_shape(shapes)
             trees = [DraftTree() for _ in active]
             if d:
                 feats = None if hidden_new[active[0]] is None else [hidden_new[s] for s in active]
                 root_logp, root_ids = drafter.begin_rows([new_tokens[s] for s in active], feats, k, depth=d)
-                trees = grow_trees(root_logp, root_ids, drafter.expand_rows, d, draft_stop)
+                grown = grow_trees(root_logp, root_ids, drafter.expand_rows, d, draft_stop)
+                trees = [t.cut(depth) for t, (depth, _) in zip(grown, shapes, strict=True)]
             timer.mark("draft")
 
             # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
@@ -247,22 +245,9 @@ def decode(
             timer.mark("pred")
 
             # 3. The method picks at most gamma-1 nodes per sequence (prefix-closed, ascending so parents precede
-            # children); a buffered method may share one expert buffer over the batch.
-            if d and shared_buffer:
-                chosen = select_batch(
-                    selector,
-                    [t.parents for t in trees],
-                    [t.probs for t in trees],
-                    experts,
-                    gamma - 1,
-                    root_experts,
-                    shared_buffer=True,
-                )
-            else:
-                chosen = [
-                    sessions[s].choose(t, e, re, gamma - 1) if len(t) else []
-                    for s, t, e, re in zip(active, trees, experts, root_experts, strict=True)
-                ]
+            # children): each sequence's session, or one rule or one expert buffer for the batch.
+            rows = [sessions[s] for s in active]
+            chosen = choose_rows(spec, rows, trees, experts, root_experts, gamma - 1, shared_buffer)
             timer.mark("select")
 
             # 4. Verify every sequence's root + chosen nodes in one target pass, accept, compact the caches.
@@ -312,12 +297,14 @@ def leave(active: list[int], keep: list[int], tgt, drafter, predictor) -> list[i
     return [active[r] for r in keep]
 
 
-def step_shape(sessions) -> tuple[int, int]:
-    """(depth, top-k) of this step's trees: one shape for the batch (a batched drafter grows its rows alike)."""
-    shapes = {s.shape() for s in sessions}
-    if len(shapes) > 1:
-        raise ValueError(f"the sequences of a batch ask for different draft trees this step: {sorted(shapes)}")
-    return shapes.pop()
+def step_shape(shapes: list[tuple[int, int]]) -> tuple[int, int]:
+    """(depth, top-k) the batch drafts this step from each sequence's: the deepest, at the one top-k of the rows
+    that draft (a batched drafter grows its rows alike; the methods vary their depth, not their width)."""
+    depth = max(d for d, _ in shapes)
+    widths = {k for d, k in shapes if d}
+    if len(widths) > 1:
+        raise ValueError(f"the sequences of a batch ask for draft trees of different top-k this step: {sorted(widths)}")
+    return depth, widths.pop() if widths else 0
 
 
 def batch_step(times: dict[str, float], blocks: list[Block]) -> BatchStepStats:

@@ -32,6 +32,14 @@ class DraftTree:
         self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
         return len(self.tokens) - 1
 
+    def cut(self, depth: int) -> DraftTree:
+        """The tree down to `depth` (levels are stored in order, so a prefix of the nodes): exactly the tree that
+        growing `depth` levels gives, since a level depends only on the levels above it."""
+        n = sum(1 for d in self.depths if d <= depth)
+        if n == len(self):
+            return self
+        return DraftTree(self.tokens[:n], self.parents[:n], self.probs[:n], self.depths[:n])
+
     def path(self, node: int) -> list[int]:
         """Node indices from the first-level ancestor down to `node`."""
         out = []

@@ -191,6 +191,7 @@ def _decode_batch(
         predictor=None if ar else comp.predictor,
         trace=not ar and trace_left > 0,
         batch_buffer=cfg.get("batch_buffer") or "sequence",
+        profile=None if ar else comp.profile,
         **_decoding(cfg, method),
     )
     t1, c1 = clock_now()

@@ -583,12 +583,6 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     pred = method.get("predictor")
     if pred not in (None, *PREDICTORS):
         raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
-    if method_spec(method["selector"]).session is not None and d["batch_size"] > 1:
-        raise _bad(
-            "batch_size",
-            d["batch_size"],
-            f"selector {method['selector']} decides each prompt's steps itself: it runs at batch_size=1",
-        )
     needs = method_spec(method["selector"]).predictor
     if needs is not None and pred != needs:
         raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")

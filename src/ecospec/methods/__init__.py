@@ -36,6 +36,8 @@ class MethodSpec:
     order: int = 50  # its place in the tables (smaller first)
     cost_model: bool = False  # it prices passes in seconds and needs a verify-cost profile
     session: Callable | None = None  # (spec, gamma, depth, topk, cost) -> a Session; None: the default one
+    # (cost, trees, budget) -> each sequence's chosen nodes: one decision for the whole batch (`choose_rows`)
+    batch_rule: Callable | None = None
 
     def open(self, gamma: int, depth: int, topk: int, cost=None):
         """The method's state for one prompt (`session` or the default `Session`)."""

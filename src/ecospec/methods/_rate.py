@@ -13,11 +13,11 @@ def drafted_seconds(cost, passes: int, shape: str, predictor: bool = False) -> f
     return seconds + ((cost.predictor_pass_s or 0.0) if predictor else 0.0)
 
 
-def best_prefix(probs: Sequence[float], seconds: Sequence[float]) -> tuple[int, float]:
+def best_prefix(probs: Sequence[float], seconds: Sequence[float], base: float = 1.0) -> tuple[int, float]:
     """(n, its rate): the n (0 .. len(probs)) that maximises the expected tokens of a step verifying the first n
-    candidates, 1 + their summed acceptance estimates `probs`, per second of the step `seconds[n]`. Ties go to the
-    smaller n (as many tokens for less work)."""
-    best, best_rate, gained = 0, 0.0, 1.0
+    candidates, `base` (the bonus tokens: one a sequence) + their summed acceptance estimates `probs`, per second
+    of the step `seconds[n]`. Ties go to the smaller n (as many tokens for less work)."""
+    best, best_rate, gained = 0, 0.0, base
     for n, t in enumerate(seconds):
         gained += probs[n - 1] if n else 0.0
         rate = gained / t

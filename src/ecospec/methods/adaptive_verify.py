@@ -1,0 +1,54 @@
+"""adaptive_verify: vLLM's adaptive verification (merged into vLLM in 2026), lossless and training-free. Every
+sequence drafts the configured tree; each step ranks every sequence's nodes together by survival probability (the
+chance that a node and its whole prefix are accepted, estimated by its path probability P), so every prefix of that
+order is a subtree of each tree, and verifies the global top k, k chosen for the most expected tokens per second
+of the whole batched step: the bonus token of every sequence + the sum of the chosen nodes' P, over the drafting
+already done and the profile's verify time for the batch padded to its longest block (`VerifyProfile.t_batch`).
+k = 0 makes the step an AR step for every sequence. At one sequence it is EVICT's rule."""
+
+from ecospec.methods import MethodSpec, register
+from ecospec.methods._greedy import by_probability
+from ecospec.methods._rate import best_prefix
+
+
+def global_top_k(cost, trees, budget: int) -> list[list[int]]:
+    """Each sequence's chosen nodes: the prefix of the batch's survival order with the best rate (each sequence
+    at most `budget` nodes)."""
+    order = sorted(
+        ((t.probs[i], t.depths[i], b, i) for b, t in enumerate(trees) for i in range(len(t))),
+        key=lambda c: (-c[0], c[1], c[2], c[3]),  # ties: shallower, then sequence, then node: parents first
+    )
+    taken: list[set[int]] = [set() for _ in trees]
+    picks = []
+    for p, _, b, i in order:
+        parent = trees[b].parents[i]
+        if len(taken[b]) < budget and (parent < 0 or parent in taken[b]):
+            taken[b].add(i)
+            picks.append((b, i, p))
+    rows = len(trees)
+    drafted = cost.overhead_s + cost.t_draft(rows, max(max(t.depths, default=0) for t in trees))
+    sizes, seconds = [1] * rows, [drafted + cost.t_batch(rows, 1)]
+    for b, _, _ in picks:
+        sizes[b] += 1
+        seconds.append(drafted + cost.t_batch(rows, max(sizes)))
+    n, _ = best_prefix([p for _, _, p in picks], seconds, base=rows)
+    chosen: list[list[int]] = [[] for _ in trees]
+    for b, i, _ in picks[:n]:
+        chosen[b].append(i)
+    return [sorted(c) for c in chosen]
+
+
+SPEC = register(
+    MethodSpec(
+        name="adaptive_verify",
+        label="Adaptive verify",
+        colour="tab:olive",
+        role="adaptive_verify",
+        predictor=None,
+        buffered=False,
+        rule=by_probability,
+        order=36,
+        cost_model=True,
+        batch_rule=global_top_k,
+    )
+)
