@@ -225,3 +225,26 @@ def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
         assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
     speculating = sum(s.verified > s.sequences for s in got.steps) / len(got.steps)
     assert speculating > 0.5 if prof is CHEAP else speculating < 0.5
+
+
+def test_each_sequence_prices_the_batched_pass(pair):
+    """At B > 1 a sequence's method prices its block as the batch's pass (`VerifyProfile.at_batch`): where the
+    batch table makes every extra token a batch-wide AR pass, EVICT verifies the roots alone while sequences share
+    the pass, yet speculates on the same prompt alone (batch-1 prices), and the tokens stay AR's."""
+    target, drafter, _ = pair
+    dear = {str(q): [0.03 * q, 8.0] for q in range(1, 7)}  # each token of a row costs another pass of 30 ms
+    prof = profile(1e-6, overhead=0.01, batch={"2": dear, "3": dear})
+    assert prof.at_batch(1) is prof and profile(1e-6).at_batch(3) == profile(1e-6)  # no table: batch-1 prices
+    view = prof.at_batch(3)
+    assert view.ar_step_s == pytest.approx(0.01 + 0.03) and view.t_step(0.0, 4) == pytest.approx(0.01 + 0.12)
+    assert view.t_verify(2, prof.experts(2) + 1) == pytest.approx(0.06 + 1e-6 * 2)  # a row's extra expert
+    gen = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
+    kw = dict(drafter=drafter, selector="evict", gamma=6, max_new_tokens=30, eos_token_id=[], profile=prof)
+    got = ecospec.generate_batch(target, prompts, **kw)
+    shared = [s for s in got.steps if s.sequences > 1]
+    assert shared and all(s.verified == s.sequences for s in shared)
+    alone = ecospec.generate(target, prompts[0][None], **kw)
+    assert sum(st.verified > 1 for st in alone.steps) > len(alone.steps) / 2
+    for p, res in zip(prompts, got.results, strict=True):
+        assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens

@@ -679,6 +679,24 @@ class VerifyProfile:
         batched = (self.draft_by_batch or {}).get(str(sequences)) if shape == "tree" else None
         return passes * (batched if batched is not None else self.draft_pass_s.get(shape, 0.0))
 
+    def at_batch(self, sequences: int) -> VerifyProfile:
+        """One sequence's prices in a pass of `sequences` sequences that all verify as it does: a block of t tokens
+        costs the batched pass `t_batch(sequences, t)`, an AR step the batched AR pass, a tree head pass the batched
+        one; a row's experts beyond what t tokens route to are priced as at one sequence. The profile itself at one
+        sequence, or where it has no batch table (`verify_by_batch`)."""
+        if sequences == 1 or not self.verify_by_batch:
+            return self
+        sizes = sorted({int(t) for t in self.experts_by_tokens} | {int(t) for t in self.verify_by_tokens or {}})
+        by_tokens = {str(t): [self.t_batch(sequences, t), self.experts(t)] for t in sizes}
+        drafts = {**self.draft_pass_s, "tree": self.t_draft(sequences, 1)}
+        return replace(
+            self,
+            ar_step_s=self.overhead_s + self.t_batch(sequences, 1),
+            per_token_s=self.per_token_s * sequences,
+            draft_pass_s=drafts,
+            verify_by_tokens=by_tokens,
+        )
+
     @property
     def key(self) -> str:
         return profile_key(self.model, self.engine, self.dtype, self.processor)

@@ -219,12 +219,17 @@ def decode(
         hidden_new = hidden_new or [None] * len(prompts)
         new_tokens = [torch.cat([p, p.new_tensor([r])]) for p, r in zip(prompts, roots, strict=True)]  # unseen
         active = list(range(len(prompts)))  # the sequences in the batch, in row order
+        priced_for = 1  # the batch size the sessions price their passes at (`VerifyProfile.at_batch`)
         keep = [r for r, s in enumerate(active) if not commit(out.results[s].tokens, [roots[s]], eos, max_new_tokens)]
 
         while True:
             active = leave(active, keep, tgt, drafter, predictor)
             if not active:
                 break
+            if profile is not None and len(active) != priced_for:  # a sequence's pass is the batch's pass
+                priced_for, priced = len(active), profile.at_batch(len(active))
+                for s in active:
+                    sessions[s].cost = priced
             timer.start()
             # 1. Draft each sequence's tree as deep as its method asks this step (depth 0: none): the batch drafts
             # to the deepest, and each tree is cut to its own depth.
@@ -247,7 +252,7 @@ def decode(
             # 3. The method picks at most gamma-1 nodes per sequence (prefix-closed, ascending so parents precede
             # children): each sequence's session, or one rule or one expert buffer for the batch.
             rows = [sessions[s] for s in active]
-            chosen = choose_rows(spec, rows, trees, experts, root_experts, gamma - 1, shared_buffer)
+            chosen = choose_rows(spec, rows, trees, experts, root_experts, gamma - 1, shared_buffer, profile)
             timer.mark("select")
 
             # 4. Verify every sequence's root + chosen nodes in one target pass, accept, compact the caches.
