@@ -238,6 +238,8 @@ def test_each_sequence_prices_the_batched_pass(pair):
     view = prof.at_batch(3)
     assert view.ar_step_s == pytest.approx(0.01 + 0.03) and view.t_step(0.0, 4) == pytest.approx(0.01 + 0.12)
     assert view.t_verify(2, prof.experts(2) + 1) == pytest.approx(0.06 + 1e-6 * 2)  # a row's extra expert
+    shared = prof.at_batch(3, shared=True)  # one buffer for the batch: a row's choice sees the batch's experts
+    assert shared.t_verify(2, 8.0) == pytest.approx(0.06) and shared.t_verify(2, 9.0) == pytest.approx(0.06 + 2e-6)
     gen = torch.Generator().manual_seed(9)
     prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
     kw = dict(drafter=drafter, selector="evict", gamma=6, max_new_tokens=30, eos_token_id=[], profile=prof)
@@ -248,3 +250,37 @@ def test_each_sequence_prices_the_batched_pass(pair):
     assert sum(st.verified > 1 for st in alone.steps) > len(alone.steps) / 2
     for p, res in zip(prompts, got.results, strict=True):
         assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
+
+
+def test_ecospec_adaptive_shares_one_expert_buffer_across_the_batch(pair):
+    """`batch_buffer="batch"`: each row's priced choice sees as loaded every root's experts and the earlier rows'
+    picks (so an expert another sequence brings costs nothing); lossless, and each row still decides itself."""
+    from ecospec.engine.tree import DraftTree
+    from ecospec.methods._batch import shared_sessions
+
+    seen = []
+
+    class Spy:
+        def choose(self, tree, experts, loaded, budget):
+            seen.append(loaded)
+            return list(range(min(budget, len(tree))))
+
+    def chain(n):
+        t, parent = DraftTree(), -1
+        for _ in range(n):
+            parent = t.add(5, parent, 0.5)
+        return t
+
+    experts = [[0b0001_0000, 0b0010_0000], [0b0100_0000], [0b1000_0000]]
+    got = shared_sessions([Spy(), Spy(), Spy()], [chain(2), chain(1), chain(1)], experts, [0b1, 0b10, 0b100], 2)
+    assert got == [[0, 1], [0], [0]]
+    assert seen == [0b111, 0b0011_0111, 0b0111_0111]  # the roots, then each row's picks added
+    target, drafter, _ = pair
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
+    kw = dict(drafter=drafter, selector="ecospec_adaptive", predictor="oracle", gamma=6, max_new_tokens=24)
+    batch = profile(2e-4, batch={"3": {str(q): [0.003 + 0.0002 * q, 10.0] for q in range(1, 7)}})
+    res = ecospec.generate_batch(target, prompts, profile=batch, batch_buffer="batch", eos_token_id=[], **kw)
+    for p, r in zip(prompts, res.results, strict=True):
+        assert r.tokens == ecospec.generate(target, p[None], max_new_tokens=24, eos_token_id=[]).tokens
+    assert any(s.verified > s.sequences for s in res.steps)

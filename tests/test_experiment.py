@@ -38,6 +38,7 @@ def _compose(*overrides: str, hydra: bool = False):
 
 def test_presets_and_groups_are_the_ones_the_issue_names():
     assert EXPERIMENTS == [
+        "batch_methods",
         "demo",
         "engines",
         "fig1a",

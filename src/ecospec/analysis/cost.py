@@ -679,15 +679,23 @@ class VerifyProfile:
         batched = (self.draft_by_batch or {}).get(str(sequences)) if shape == "tree" else None
         return passes * (batched if batched is not None else self.draft_pass_s.get(shape, 0.0))
 
-    def at_batch(self, sequences: int) -> VerifyProfile:
+    def batch_experts(self, sequences: int, tokens: int) -> float:
+        """The unique experts per layer over a pass of `sequences` sequences of `tokens` tokens each: the batch
+        table's where measured, else what that many tokens of one sequence route to."""
+        measured = (self.verify_by_batch or {}).get(str(sequences), {}).get(str(tokens))
+        return measured[1] if measured is not None else self.experts(sequences * tokens)
+
+    def at_batch(self, sequences: int, shared: bool = False) -> VerifyProfile:
         """One sequence's prices in a pass of `sequences` sequences that all verify as it does: a block of t tokens
         costs the batched pass `t_batch(sequences, t)`, an AR step the batched AR pass, a tree head pass the batched
-        one; a row's experts beyond what t tokens route to are priced as at one sequence. The profile itself at one
-        sequence, or where it has no batch table (`verify_by_batch`)."""
+        one. Experts beyond the expected are priced as at one sequence: beyond what t tokens of one sequence route
+        to, or with `shared` (one expert buffer for the batch, whose count a row's choice sees) beyond the batch's.
+        The profile itself at one sequence, or where it has no batch table (`verify_by_batch`)."""
         if sequences == 1 or not self.verify_by_batch:
             return self
         sizes = sorted({int(t) for t in self.experts_by_tokens} | {int(t) for t in self.verify_by_tokens or {}})
-        by_tokens = {str(t): [self.t_batch(sequences, t), self.experts(t)] for t in sizes}
+        expected = (lambda t: self.batch_experts(sequences, t)) if shared else self.experts
+        by_tokens = {str(t): [self.t_batch(sequences, t), expected(t)] for t in sizes}
         drafts = {**self.draft_pass_s, "tree": self.t_draft(sequences, 1)}
         return replace(
             self,

@@ -110,7 +110,7 @@ def generate_batch(
     per-step records equal `generate()` on its prompt alone (greedy: token for token; sampling: each row has its own
     generator).
 
-    `batch_buffer="batch"` (ecospec): one expert buffer for the batch (`select_batch(shared_buffer=True)`), since
+    `batch_buffer="batch"` (ecospec, ecospec_adaptive): one expert buffer for the batch (`methods/_batch.py`), since
     the verify pass loads the union of every sequence's experts. `seed`: one for every row (each row then samples
     exactly as `generate(seed=seed)` on its prompt alone) or one per row (independent samples of repeated prompts)."""
     rows = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompts]
@@ -227,7 +227,7 @@ def decode(
             if not active:
                 break
             if profile is not None and len(active) != priced_for:  # a sequence's pass is the batch's pass
-                priced_for, priced = len(active), profile.at_batch(len(active))
+                priced_for, priced = len(active), profile.at_batch(len(active), shared_buffer)
                 for s in active:
                     sessions[s].cost = priced
             timer.start()

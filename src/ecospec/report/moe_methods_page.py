@@ -36,10 +36,18 @@ STATIC = ("eagle3", "ecospec")
 FLOOR = 0.95  # the adaptive methods' goal against AR on every benchmark
 
 
+def cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ok records of METHODS on our engine in experiments that ran one sequence at a time."""
+    batched = set(frame.loc[frame["batch_size"].fillna(1) > 1, "experiment"])
+    f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
+    return f[~f["experiment"].isin(batched)]
+
+
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The newest ok record of each (engine, temperature, method, benchmark) of METHODS in `frame`, from the newest
-    experiment that ran a cost-model method (`make tables` reads every experiment; the table compares one run)."""
-    f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
+    experiment that ran a cost-model method at batch size 1 alone (`make tables` reads every experiment; the table
+    compares one run; `experiment=batch_methods` has its own page)."""
+    f = cells(frame)
     adaptive = f[f["method"].isin(ADAPTIVE)].sort_values("finished")
     if adaptive.empty:
         raise ValueError("no ok records of the moe_methods methods (run python run.py -m experiment=moe_methods)")

@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ecospec.report.batch_methods_page import FIGURE as BATCH_FIGURE
+from ecospec.report.batch_methods_page import FILE_NAME as BATCH_FIGURES
+from ecospec.report.batch_methods_page import NAME as BATCH_METHODS
+from ecospec.report.batch_methods_page import TITLE as BATCH_METHODS_TITLE
 from ecospec.report.demo import FILE_NAME as DEMO_FIGURE
 from ecospec.report.demo import NAME as DEMO
 from ecospec.report.engines_page import NAME as ENGINES
@@ -30,10 +34,10 @@ from ecospec.report.write import INDEX, Beside
 
 TABLES = (*PAPER_TABLES, GAMMA_TABLE, *ROUTING_TABLES, *VLLM_TABLES, DEMO)  # each as .md, .tex and .csv
 TABLE_FORMATS = ("md", "tex", "csv")
-PAGES = (ENGINES, MOE_METHODS)  # pages of prose around tables, .md
+PAGES = (ENGINES, MOE_METHODS, BATCH_METHODS)  # pages of prose around tables, .md
 DATA = (SUMMARY,)  # the modeled table's inputs
 FIGURES = "figures"  # the folder the figures go to, each as .png and .pdf
-FIGURE_NAMES = (PAPER_FIGURES, FIG1A_BENCH, ROUTING_FIGURES, PARETO, VLLM_FIGURES, DEMO_FIGURE)
+FIGURE_NAMES = (PAPER_FIGURES, FIG1A_BENCH, ROUTING_FIGURES, PARETO, VLLM_FIGURES, DEMO_FIGURE, BATCH_FIGURES)
 FILES = frozenset([f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS] + [f"{p}.md" for p in PAGES] + [*DATA, INDEX])
 STUDY = "python benchmarks/studies/{}.py --out DIR"  # benchmarks/studies/README.md: what each measured
 # Files beside the tables and figures the index links: a page a build did not write this time, the modeled table's
@@ -48,6 +52,11 @@ BESIDE = (
         (f"{MOE_METHODS}.md",),
         f"{MOE_METHODS_TITLE} (`experiment=moe_methods`)",
         "python -m ecospec.report.moe_methods --records experiments/moe_methods --out DIR",
+    ),
+    Beside(
+        (f"{BATCH_METHODS}.md", f"{FIGURES}/{BATCH_FIGURE}_*"),
+        f"{BATCH_METHODS_TITLE} (`experiment=batch_methods`) and its figures",
+        "python -m ecospec.report.batch_methods --records experiments/batch_methods --out DIR",
     ),
     Beside(
         (SUMMARY,),

@@ -370,16 +370,18 @@ def mean_positions(values, depth: int = 5) -> list[float]:
     return [float(np.mean([r[i] for r in rows if len(r) > i])) for i in range(min(depth, max(map(len, rows))))]
 
 
-def render_cli(prog: str, doc: str, records: str, build_page, argv=None) -> int:
+def render_cli(prog: str, doc: str, records: str, build_page, argv=None, with_out: bool = False) -> int:
     """The command line of a one-page report (`report.engines`, `report.moe_methods`): the page `build_page(frame)`
-    makes of the records under `--records`, printed, and written to `--out` by the report's writer when given."""
+    makes of the records under `--records`, printed, and written to `--out` by the report's writer when given
+    (`with_out`: `build_page(frame, out)` writes its own figures there)."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     p.add_argument("--records", type=Path, default=Path(records))
     p.add_argument("--out", type=Path, default=None, help="write the page there (else print)")
     a = p.parse_args(argv)
-    page = build_page(load_records([a.records]).frame)
+    frame = load_records([a.records]).frame
+    page = build_page(frame, a.out) if with_out else build_page(frame)
     if a.out:
         write_page(page, a.out)
     print(page_markdown(page))

@@ -1,0 +1,184 @@
+"""The MoE methods against batch size (`experiment=batch_methods`): per engine and temperature, each method's TPOT
+and speedup over the same engine's AR at each batch size B (AR decoding each batch right after the method's, in
+the same job), the batch size where each stops paying, α and per-position acceptance; a figure of TPOT and speedup
+against B per method (the overlap paper's figure, measured); then the issue's goals, checked.
+
+    python -m ecospec.report.batch_methods --records experiments/batch_methods --out reports/tiny
+
+TPOT here is the time per output token of one sequence, from the decode loop's steps (wall clock, the prefill
+left out): a cell's passes times their mean time over its tokens per sequence; AR's is its mean pass. The speedup
+is the cell's, over the whole generation on the run's clock, so at few tokens a prefill shared by both dilutes it.
+A method stops paying at the first B whose speedup's interval lies below 1 (its estimate where it has none).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ecospec.report.compare import bracket, cell_interval
+from ecospec.report.records import mean_positions
+from ecospec.report.write import Page
+
+NAME = "batch_methods"
+TITLE = "The MoE methods against batch size"
+FIGURE = "fig_batch_methods"  # figure stem: FIGURE_<engine>_T<temperature>
+FILE_NAME = re.compile(rf"{FIGURE}_.+\.(png|pdf)")
+METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive", "adaptive_verify")
+LABELS = {
+    "eagle3": "EAGLE-3 tree",
+    "eagle3_chain": "EAGLE-3 chain",
+    "ecospec": "EcoSpec",
+    "evict": "EVICT",
+    "cascade": "Cascade",
+    "ecospec_adaptive": "EcoSpec-Adaptive",
+    "adaptive_verify": "Adaptive verify",
+}
+ADAPTIVE = ("evict", "cascade", "ecospec_adaptive", "adaptive_verify")
+FLOOR = 0.95  # the adaptive methods' goal against AR at every batch size
+
+
+def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The newest ok record of each (engine, temperature, method, batch size) of METHODS in `frame`, from the newest
+    experiment that ran `adaptive_verify` (the method only this preset runs)."""
+    f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
+    ours = f[f["method"] == "adaptive_verify"].sort_values("finished")
+    if ours.empty:
+        raise ValueError("no ok adaptive_verify records (run python run.py -m experiment=batch_methods)")
+    f = f[f["experiment"] == ours["experiment"].iloc[-1]]
+    f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "batch_size"], keep="last")
+    passes = f["passes"].fillna(f["steps"])  # B = 1 cells count steps
+    f = f.assign(
+        tpot_ms=1e3 * f["t_step_s"] * passes * f["batch_size"] / f["tokens"], ar_tpot_ms=1e3 * f["ar_t_step_s"]
+    )
+    return f.reset_index(drop=True)
+
+
+def stops_paying(g: pd.DataFrame) -> int | None:
+    """The first batch size of one method's cells `g` whose speedup lies below 1 (its interval's top, else its
+    estimate); None where it pays, or ties, at every batch size measured."""
+    for _, r in g.sort_values("batch_size").iterrows():
+        iv = cell_interval(r)
+        if (iv[1] if iv else r.speedup) < 1.0:
+            return int(r.batch_size)
+    return None
+
+
+def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """One (engine, temperature): the speedup table, the TPOT table and the facts the goals read."""
+    sizes = sorted(int(b) for b in sub["batch_size"].unique())
+    speed, tpot, facts = [], [], {"speedup": {}, "exact": {}}
+    ar = sub.groupby("batch_size")["ar_tpot_ms"].mean()
+    tpot.append(["AR", *(f"{ar[b]:.2f}" if b in ar else "—" for b in sizes), "", ""])
+    for m in METHODS:
+        g = sub[sub["method"] == m].set_index("batch_size")
+        if g.empty:
+            continue
+        cells = {b: (float(g.loc[b].speedup), cell_interval(g.loc[b])) for b in sizes if b in g.index}
+        facts["speedup"][m] = cells
+        facts["exact"][m] = {b: g.loc[b].matches_ar for b in cells}
+        stop = stops_paying(g.reset_index())
+        pos = "/".join(f"{a:.2f}" for a in mean_positions(g["acceptance_by_position"]))
+        speed.append(
+            [LABELS[m], *(f"{cells[b][0]:.2f}×{bracket(cells[b][1])}" if b in cells else "—" for b in sizes)]
+            + ["pays at every B" if stop is None else f"B = {stop}", f"{g.alpha.mean():.2f}", pos]
+        )
+        tpot.append(
+            [LABELS[m], *(f"{g.loc[b].tpot_ms:.2f}" if b in g.index else "—" for b in sizes)]
+            + [f"{g.E.mean():.1f}", f"{g.mean_block.mean():.2f}"]
+        )
+    bs = [f"B = {b}" for b in sizes]
+    speed_t = pd.DataFrame(speed, columns=["Method", *bs, "stops paying", "α", "acceptance by position"])
+    tpot_t = pd.DataFrame(tpot, columns=["TPOT ms", *bs, "E", "mean block"])
+    return speed_t, tpot_t, facts
+
+
+def goals(facts: dict) -> list[str]:
+    """The issue's goals, each with what the run measured."""
+    out = []
+    for (engine, t), f in sorted(facts.items()):
+        if t == 0:
+            wrong = [f"{LABELS[m]} B = {b}" for m, by in f["exact"].items() for b, x in by.items() if x != 1]
+            out.append(
+                f"- {engine}, T = 0: every method token-exact against AR at every batch size: "
+                + ("yes" if not wrong else "NO: " + ", ".join(wrong))
+                + "."
+            )
+        low = [
+            f"{LABELS[m]} B = {b} {s:.2f}×"
+            for m in ADAPTIVE
+            for b, (s, _) in f["speedup"].get(m, {}).items()
+            if s < FLOOR
+        ]
+        out.append(
+            f"- {engine}, T = {t:g}: each adaptive method ≥ {FLOOR:.2f}× AR at every batch size: "
+            + ("yes" if not low else "no: " + ", ".join(low))
+            + "."
+        )
+        sizes = sorted({b for by in f["speedup"].values() for b in by})
+        missed = []
+        for b in sizes:
+            static = {m: by[b] for m, by in f["speedup"].items() if m not in ADAPTIVE and b in by}
+            adaptive = {m: by[b] for m, by in f["speedup"].items() if m in ADAPTIVE and b in by}
+            if not static or not adaptive:
+                continue
+            best = max(static, key=lambda m: static[m][0])
+            top = max(adaptive, key=lambda m: (adaptive[m][1] or (adaptive[m][0],) * 2)[1])
+            reach = (adaptive[top][1] or (adaptive[top][0],) * 2)[1]
+            if reach < static[best][0]:
+                rival = f"{LABELS[best]} {static[best][0]:.2f}×"
+                missed.append(f"B = {b} ({LABELS[top]} up to {reach:.2f}× against {rival})")
+        out.append(
+            f"- {engine}, T = {t:g}: an adaptive method at least as fast as the best static method, within its "
+            "interval, at every batch size: " + ("yes" if not missed else "no at " + "; ".join(missed)) + "."
+        )
+    return out
+
+
+def figure(sub: pd.DataFrame, title: str):
+    """TPOT and speedup against batch size (log2 axis), one line per method, AR's TPOT dashed."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    tp, sp = fig.subplots(1, 2)
+    ar = sub.groupby("batch_size")["ar_tpot_ms"].mean()
+    tp.plot(ar.index, ar.values, "k--", label="AR")
+    for m in METHODS:
+        g = sub[sub["method"] == m].sort_values("batch_size")
+        if g.empty:
+            continue
+        tp.plot(g["batch_size"], g["tpot_ms"], "o-", label=LABELS[m])
+        sp.plot(g["batch_size"], g["speedup"], "o-", label=LABELS[m])
+    sp.axhline(1.0, color="k", lw=0.8)
+    for ax, y in ((tp, "TPOT (ms per token of a sequence)"), (sp, "speedup over AR")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size B")
+        ax.set_ylabel(y)
+    tp.legend(fontsize=7)
+    fig.suptitle(title)
+    return fig
+
+
+def page(df: pd.DataFrame) -> tuple[Page, dict]:
+    """The whole page (module docstring) from `from_frame`'s cells, and its figures by stem (figure objects)."""
+    blocks: list = []
+    facts, figures = {}, {}
+    for engine in ("eager", "compiled"):
+        for t in sorted(df.loc[df["engine"] == engine, "temperature"].unique()):
+            sub = df[(df["engine"] == engine) & (df["temperature"] == t)]
+            speed, tpot, facts[(engine, float(t))] = group_tables(sub)
+            n = int(sub["num_prompts"].max())
+            stem = f"{FIGURE}_{engine}_T{t:g}"
+            blocks += [
+                f"## {engine} engine, T = {t:g} ({n} prompts, {int(sub['max_new_tokens'].max())} tokens each)",
+                "Speedup over AR at the same batch size [interval]:",
+                speed,
+                "TPOT (ms per output token of one sequence, decode steps only):",
+                tpot,
+            ]
+            if sub["batch_size"].nunique() > 1:
+                figures[stem] = figure(sub, f"{engine} engine, T = {t:g}")
+                blocks.append(f"![TPOT and speedup against batch size](figures/{stem}.png)")
+    blocks += ["## Goals", "\n".join(goals(facts))]
+    return Page(NAME, "Batch methods", TITLE, blocks, df), figures

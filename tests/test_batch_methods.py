@@ -1,0 +1,90 @@
+"""`experiment=batch_methods`: the methods against batch size. The preset sweeps what the issue names, and its
+cells (every method at B > 1, AR interleaved batch by batch) become the report page: speedup and TPOT by batch
+size, where each method stops paying, the goals, and the figure."""
+
+import json
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ecospec import conf_dir
+from ecospec.experiment.cell import run_cell
+from ecospec.experiment.config import cell_name
+
+CONF = conf_dir()
+FAST = ["model=tiny_random", "num_prompts=4", "max_new_tokens=8", "threads=1", "progress=false"]
+
+
+def _cfg(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[*FAST, f"out_dir={tmp_path}", *overrides])
+    return cfg, tmp_path / "exp" / cell_name(cfg)
+
+
+def test_the_preset_sweeps_every_method_at_every_batch_size():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=batch_methods"], return_hydra_config=True)
+    from hydra_plugins.ecospec_grid_sweeper import GridSweeper
+
+    jobs = GridSweeper(grids=OmegaConf.to_container(cfg.hydra.sweeper.grids)).jobs([])
+    cells = {(j["method"], j["engine"], j["temperature"], int(j["batch_size"])) for j in map(_parse, jobs)}
+    methods = {"eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive", "adaptive_verify"}
+    sizes = (1, 2, 4, 8, 16, 32)
+    assert {(m, "eager", t, b) for m in methods for t in ("0", "1") for b in sizes} <= cells
+    assert {(m, "compiled", t, 1) for m in methods for t in ("0", "1")} <= cells  # the compiled engine: B = 1
+    assert len(cells) == len(jobs) == 7 * 2 * 7
+    assert cfg.dataset.members == ["gsm8k", "humaneval", "math500", "mtbench"]
+    assert cfg.num_prompts >= max(sizes) and cfg.dataset.instances >= cfg.num_prompts
+
+
+def _parse(job):
+    return dict(x.split("=", 1) for x in job)
+
+
+def test_cells_become_the_page_with_its_goals_and_figure(tmp_path, monkeypatch):
+    from ecospec.bench.profile import measure
+    from ecospec.report import build
+    from ecospec.report.batch_methods import main
+
+    monkeypatch.setenv("ECOSPEC_CACHE", str(tmp_path / "cache"))
+    path = measure("tiny_random", "eager", points=2, layers=2, gammas=(2, 4))
+    assert json.loads(path.read_text())["profile"]["verify_by_batch"] is None  # tiny_random: no real decodes
+    for method in ("eagle3", "evict", "adaptive_verify"):
+        for b in (1, 3):
+            cfg, cell_dir = _cfg(tmp_path, f"method={method}", f"batch_size={b}", "dataset=humaneval")
+            rec = run_cell(cfg, cell_dir)
+            assert rec["status"] == "ok", rec.get("traceback")
+            assert rec["summary"]["matches_ar"] == 1.0
+    out = tmp_path / "report"
+    assert main(["--records", str(tmp_path / "exp"), "--out", str(out)]) == 0
+    text = (out / "batch_methods.md").read_text()
+    assert "## eager engine, T = 0 (4 prompts, 8 tokens each)" in text
+    rows = {line.strip("|").split("|")[0].strip(): line for line in text.splitlines() if line.startswith("|")}
+    for label in ("EAGLE-3 tree", "EVICT", "Adaptive verify", "AR"):
+        assert label in rows
+    assert (
+        "stops paying" in text
+        and "- eager, T = 0: every method token-exact against AR at every batch size: yes" in text
+    )
+    figure = out / "figures" / "fig_batch_methods_eager_T0.png"
+    assert figure.exists() and "| B = 1 " in text and "| B = 3 " in text
+    # `make tables` writes the same page and figure, indexes them, and keeps the batch cells off moe_methods.md
+    tables = tmp_path / "tables"
+    written = {p.relative_to(tables).as_posix() for p in build([tmp_path / "exp"], tables)}
+    assert {"batch_methods.md", "figures/fig_batch_methods_eager_T0.png"} <= written
+    assert "moe_methods.md" not in written and "batch_methods.md" in (tables / "README.md").read_text()
+    assert (tables / "batch_methods.md").read_text() == text
+
+
+def test_a_method_stops_paying_at_the_first_batch_size_below_one():
+    """Below 1 means the interval's top below 1; a cell without an interval goes by its estimate."""
+    import pandas as pd
+
+    from ecospec.report.batch_methods_page import stops_paying
+
+    within = {"speedup": {"low": 0.9, "high": 1.05}}
+    below = {"speedup": {"low": 0.9, "high": 0.99}}
+    g = pd.DataFrame({"batch_size": [4, 1, 2], "speedup": [0.8, 1.3, 0.98], "intervals": [None, None, within]})
+    assert stops_paying(g) == 4
+    assert stops_paying(g.assign(intervals=[None, None, below])) == 2
+    assert stops_paying(g.assign(speedup=[1.01, 1.3, 0.98])) is None
