@@ -2,6 +2,8 @@
 decisions follow their rules, they stay token-exact against AR whatever they decide (eager here, compiled under
 the `compiled` marker), and one without a profile is told how to make one."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -284,3 +286,16 @@ def test_ecospec_adaptive_shares_one_expert_buffer_across_the_batch(pair):
     for p, r in zip(prompts, res.results, strict=True):
         assert r.tokens == ecospec.generate(target, p[None], max_new_tokens=24, eos_token_id=[]).tokens
     assert any(s.verified > s.sequences for s in res.steps)
+
+
+def test_a_batch_size_the_profile_did_not_measure_is_priced_on_the_line_in_batch_size():
+    """Between measured batch sizes and beyond the largest, a pass is priced on the straight line in B through the
+    nearest two (one sequence counting as measured); a head pass at the largest measured size below."""
+    prof = profile(1e-6, batch={"2": {"1": [0.010, 6.0]}, "4": {"1": [0.014, 7.0]}, "8": {"1": [0.030, 9.0]}})
+    prof = replace(prof, draft_by_batch={"2": 0.001, "8": 0.004})
+    assert prof.t_batch(4, 1) == pytest.approx(0.014)
+    assert prof.t_batch(6, 1) == pytest.approx(0.022)  # halfway between B = 4 and 8
+    assert prof.t_batch(16, 1) == pytest.approx(0.030 + 8 * 0.004)  # the last two's slope, 4 ms a sequence
+    assert prof.t_batch(3, 1) == pytest.approx(0.012)
+    assert prof.t_draft(16, 2) == pytest.approx(0.008) and prof.t_draft(4, 1) == pytest.approx(0.001)
+    assert prof.batch_experts(16, 1) == 9.0 and prof.batch_experts(3, 1) == 6.0

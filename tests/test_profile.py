@@ -49,7 +49,7 @@ def test_profile_is_measured_written_and_found(tmp_path, monkeypatch):
 def test_batched_passes_are_measured_as_cells_run_them():
     """The profile's batch table: real `generate_batch` decodes of the embedded default, each batch size's verify
     phase by tokens a sequence (AR: 1, the chain of γ: γ) with the unique experts over the batch, and its tree
-    head pass; `t_batch` prices a batched pass from it, and from the line where it was not measured."""
+    head pass; `t_batch` prices a batched pass from it, and from the line where nothing was measured."""
     from dataclasses import replace
 
     from ecospec.analysis.cost import VerifyProfile
@@ -67,7 +67,7 @@ def test_batched_passes_are_measured_as_cells_run_them():
     line = VerifyProfile(
         model="t", engine="eager", dtype="float32", processor="x", layers=2, intercept_s=0.001, per_token_s=0.0001,
         per_expert_layer_s=0.00001, r2=1.0, points=3, ar_step_s=0.002, overhead_s=0.0005, draft_pass_s={"tree": 0.0003},
-        predictor_pass_s=None, experts_by_tokens={"1": 2.0, "2": 3.0, "4": 5.0}, source="test",
+        predictor_pass_s=None, experts_by_tokens={"1": 2.0, "2": 3.0, "3": 4.0, "4": 5.0}, source="test",
     )  # fmt: skip
     measured = replace(line, verify_by_batch=by_batch, draft_by_batch=heads)
     assert measured.t_batch(2, 3) == by_batch["2"]["3"][0] and measured.t_draft(2, 3) == 3 * heads["2"]

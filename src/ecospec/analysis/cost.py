@@ -665,25 +665,41 @@ class VerifyProfile:
     def t_batch(self, sequences: int, tokens: int) -> float:
         """A verify pass of `sequences` sequences whose longest block is `tokens` tokens: one sequence's
         `t_verify` at the experts that many tokens route to; a batch's real passes of that shape where measured
-        (`verify_by_batch`), else the line over every row's tokens at the experts that many route to."""
+        (`verify_by_batch`); between or beyond the measured batch sizes, the straight line in the batch size
+        through the nearest two (one sequence counting as measured); else the line over every row's tokens."""
         if sequences == 1:
             return self.t_verify(tokens, self.experts(tokens))
-        measured = (self.verify_by_batch or {}).get(str(sequences), {}).get(str(tokens))
-        if measured is not None:
-            return measured[0]
+        by_size = {1: self.t_verify(tokens, self.experts(tokens))}
+        for b, by_t in (self.verify_by_batch or {}).items():
+            if str(tokens) in by_t:
+                by_size[int(b)] = by_t[str(tokens)][0]
+        if sequences in by_size:
+            return by_size[sequences]
+        if len(by_size) > 1:
+            sizes = sorted(by_size)
+            above = [b for b in sizes if b > sequences]
+            lo, hi = (sizes[-2], sizes[-1]) if not above else (max(b for b in sizes if b < sequences), above[0])
+            return by_size[lo] + (by_size[hi] - by_size[lo]) * (sequences - lo) / (hi - lo)
         total = sequences * tokens
         return self.intercept_s + self.per_token_s * total + self.per_expert_layer_s * self.experts(total) * self.layers
 
     def t_draft(self, sequences: int, passes: int, shape: str = "tree") -> float:
-        """`passes` head passes of `shape` over `sequences` sequences (one pass serves every row)."""
-        batched = (self.draft_by_batch or {}).get(str(sequences)) if shape == "tree" else None
+        """`passes` head passes of `shape` over `sequences` sequences (one pass serves every row): a tree pass at
+        the largest measured batch size up to `sequences` (`draft_by_batch`), else one sequence's."""
+        measured = {int(b): s for b, s in (self.draft_by_batch or {}).items() if int(b) <= sequences}
+        batched = measured[max(measured)] if shape == "tree" and measured else None
         return passes * (batched if batched is not None else self.draft_pass_s.get(shape, 0.0))
 
     def batch_experts(self, sequences: int, tokens: int) -> float:
         """The unique experts per layer over a pass of `sequences` sequences of `tokens` tokens each: the batch
-        table's where measured, else what that many tokens of one sequence route to."""
-        measured = (self.verify_by_batch or {}).get(str(sequences), {}).get(str(tokens))
-        return measured[1] if measured is not None else self.experts(sequences * tokens)
+        table's at the largest measured batch size up to `sequences`, else what that many tokens of one sequence
+        route to."""
+        measured = {
+            int(b): by_t[str(tokens)][1]
+            for b, by_t in (self.verify_by_batch or {}).items()
+            if int(b) <= sequences and str(tokens) in by_t
+        }
+        return measured[max(measured)] if measured else self.experts(sequences * tokens)
 
     def at_batch(self, sequences: int, shared: bool = False) -> VerifyProfile:
         """One sequence's prices in a pass of `sequences` sequences that all verify as it does: a block of t tokens

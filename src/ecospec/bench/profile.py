@@ -46,7 +46,7 @@ from ecospec.bench.passes import timed
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
-BATCHES = (2, 4, 8)  # the batch sizes whose verify passes and head passes a profile measures (the eager engine's)
+BATCHES = (2, 4, 8, 16, 32)  # the batch sizes whose verify passes and head passes a profile measures (eager)
 LARGE = 512 << 20  # a read buffer well beyond any last-level cache (512 MiB)
 
 
@@ -193,30 +193,31 @@ def _batched(target, tokenizer, drafter, tokens: int, gammas, batches=BATCHES) -
     """From real batched decodes (`generate_batch`, eager) of B held-out prompts for each B in `batches`: the mean
     verify phase and unique experts per layer of the passes where all B sequences verify t tokens (AR: t = 1; the
     chain of each γ: t = γ), {str(B): {str(t): [seconds, E]}}, and one tree head pass over B sequences,
-    {str(B): seconds}. The second of two rounds is timed."""
+    {str(B): seconds}. Each batch takes the benchmarks' prompts in turn (the cells' mix); at each batch size a
+    first, untimed AR decode warms the shapes."""
     import ecospec
     from ecospec.tiny.evaluate import heldout_ids
 
     per = -(-max(batches) // 2)
-    ids = [p[0] for ps in heldout_ids(tokenizer, ["gsm8k", "humaneval"], per).values() for p in ps]
-    runs = [("ar", None, "confidence", max(gammas))] + [("chain", drafter, "chain", g) for g in gammas]
-    runs.append(("tree", drafter, "confidence", max(gammas)))
+    gsm8k, humaneval = heldout_ids(tokenizer, ["gsm8k", "humaneval"], per).values()
+    ids = [p[0] for pair in zip(gsm8k, humaneval, strict=True) for p in pair]
+    ar = ("ar", None, "confidence", max(gammas))
+    runs = [ar, *(("chain", drafter, "chain", g) for g in gammas), ("tree", drafter, "confidence", max(gammas))]
     by_batch, draft = {}, {}
     for b in batches:
         steps, heads = [], [0, 0.0]
-        for shape, dr, selector, gamma in runs:
-            for warm in (True, False):
-                res = ecospec.generate_batch(
-                    target, ids[:b], drafter=dr, selector=selector, gamma=gamma, max_new_tokens=tokens
-                )
-                if warm:
-                    continue
-                full = [s for s in res.steps if s.sequences == b]
-                if shape == "tree":
-                    heads[0] += 3 * len(res.steps)  # the configured tree's depth, every pass
-                    heads[1] += sum(s.t_draft for s in res.steps)
-                else:
-                    steps += [(s.verified // b, sum(s.experts) / len(s.experts), s.t_verify) for s in full]
+        for i, (shape, dr, selector, gamma) in enumerate([ar, *runs]):
+            res = ecospec.generate_batch(
+                target, ids[:b], drafter=dr, selector=selector, gamma=gamma, max_new_tokens=tokens
+            )
+            if i == 0:
+                continue
+            full = [s for s in res.steps if s.sequences == b]
+            if shape == "tree":
+                heads[0] += 3 * len(res.steps)  # the configured tree's depth, every pass
+                heads[1] += sum(s.t_draft for s in res.steps)
+            else:
+                steps += [(s.verified // b, sum(s.experts) / len(s.experts), s.t_verify) for s in full]
         by_batch[str(b)] = {
             str(q): [
                 float(np.mean([t for n, _, t in steps if n == q])),
