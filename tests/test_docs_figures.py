@@ -8,7 +8,7 @@ from docs_pages import DOCS, Quote, quotes
 
 # How many quoted figures the pages hold at least: raise it as pages mark more, never lower it to pass (deleting
 # numbers is not the fix).
-FLOOR = 212
+FLOOR = 238
 
 
 def check(page_text: str, tmp: Path) -> list[str | None]:

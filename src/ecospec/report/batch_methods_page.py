@@ -5,9 +5,9 @@ against B per method (the overlap paper's figure, measured); then the issue's go
 
     python -m ecospec.report.batch_methods --records experiments/batch_methods --out reports/tiny
 
-TPOT here is the time per output token of one sequence, from the decode loop's steps (wall clock, the prefill
-left out): a cell's passes times their mean time over its tokens per sequence; AR's is its mean pass. The speedup
-is the cell's, over the whole generation on the run's clock, so at few tokens a prefill shared by both dilutes it.
+TPOT here is the time per output token of one sequence over its batch's whole generation, prefill included, on the
+run's clock: a batch's sequences over the cell's tokens per second, so that a method's TPOT over its own job's
+AR's is its speedup; the AR row is the mean over the methods' jobs.
 A method stops paying at the first B whose speedup's interval lies below 1 (its estimate where it has none).
 """
 
@@ -50,10 +50,8 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no ok adaptive_verify records (run python run.py -m experiment=batch_methods)")
     ok = ok[ok["experiment"] == ours["experiment"].iloc[-1]]
     f = ok[ok["backend"] != "vllm"]
-    passes = f["passes"].fillna(f["steps"])  # B = 1 cells count steps
-    f = f.assign(
-        tpot_ms=1e3 * f["t_step_s"] * passes * f["batch_size"] / f["tokens"], ar_tpot_ms=1e3 * f["ar_t_step_s"]
-    )
+    rows = (f["prompts"] / f["batches"]).fillna(1.0)  # a batch's sequences (B = 1 cells have no batches)
+    f = f.assign(tpot_ms=1e3 * rows / f["tokens_per_s"], ar_tpot_ms=1e3 * rows / f["ar_tokens_per_s"])
     v = ok[(ok["backend"] == "vllm") & (ok["method"] == "eagle3")]
     v = v.assign(engine="vllm", method="eagle3_chain", tpot_ms=1e3 * v["tpot_s"], ar_tpot_ms=1e3 * v["ar_tpot_s"])
     f = pd.concat([f, v]) if len(v) else f
@@ -182,7 +180,7 @@ def page(df: pd.DataFrame) -> tuple[Page, dict]:
                 f"## {engine} engine, T = {t:g} ({n} prompts, {int(sub['max_new_tokens'].max())} tokens each)",
                 "Speedup over AR at the same batch size [interval]:",
                 speed,
-                "TPOT (ms per output token of one sequence, decode steps only):",
+                "TPOT (ms per output token of one sequence, prefill included):",
                 tpot,
             ]
             if sub["batch_size"].nunique() > 1:

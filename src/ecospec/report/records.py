@@ -68,6 +68,8 @@ SUMMARY = (
     "num_moe_layers",
     "rho",
     "passes",
+    "batches",
+    "prompts",
     "ar_experts_per_layer",
     "budget_error_rate",
     "first_divergence",
