@@ -59,6 +59,10 @@ def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return f.reset_index(drop=True)
 
 
+def _num(v: float, digits: int) -> str:
+    return "—" if pd.isna(v) else f"{v:.{digits}f}"
+
+
 def stops_paying(g: pd.DataFrame) -> int | None:
     """The first batch size of one method's cells `g` whose speedup lies below 1 (its interval's top, else its
     estimate); None where it pays, or ties, at every batch size measured."""
@@ -90,7 +94,7 @@ def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         )
         tpot.append(
             [LABELS[m], *(f"{g.loc[b].tpot_ms:.2f}" if b in g.index else "—" for b in sizes)]
-            + [f"{g.E.mean():.1f}", f"{g.mean_block.mean():.2f}"]
+            + [_num(g.E.mean(), 1), _num(g.mean_block.mean(), 2)]
         )
     bs = [f"B = {b}" for b in sizes]
     speed_t = pd.DataFrame(speed, columns=["Method", *bs, "stops paying", "α", "acceptance by position"])
@@ -180,7 +184,9 @@ def page(df: pd.DataFrame) -> tuple[Page, dict]:
                 f"## {engine} engine, T = {t:g} ({n} prompts, {int(sub['max_new_tokens'].max())} tokens each)",
                 "Speedup over AR at the same batch size [interval]:",
                 speed,
-                "TPOT (ms per output token of one sequence, prefill included):",
+                "TPOT (ms per output token of one sequence, prefill included):"
+                if engine != "vllm"
+                else "TPOT (ms; vLLM's own: per output token after the first, mean over requests):",
                 tpot,
             ]
             if sub["batch_size"].nunique() > 1:
