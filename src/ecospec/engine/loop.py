@@ -188,6 +188,7 @@ def decode(
     """The loop over checked arguments (`generate`, `generate_batch`): prompts [n_b] each, one seed each."""
     spec = method(selector)
     sessions = [spec.open(gamma, depth, topk, profile) for _ in prompts]
+    shared_buffer = shared_buffer and spec.buffered  # one expert buffer for the batch: a method with a buffer
     needs_experts = spec.predictor is not None
     block = gamma if drafter is not None else 1  # an AR step verifies the root alone
     longest = max(p.shape[0] for p in prompts) + max_new_tokens + block

@@ -9,13 +9,13 @@ from ecospec.selection import select_batch
 
 def choose_rows(spec, sessions, trees, experts, root_experts, budget: int, shared_buffer: bool = False, profile=None):
     """Each sequence's chosen nodes (ascending, prefix-closed, at most `budget`; [] verifies its root alone).
-    `sessions`, `trees`, `experts`, `root_experts`: one per sequence, in row order; `profile`: the verify-cost
-    profile a batch rule prices the whole pass with."""
+    `sessions`, `trees`, `experts`, `root_experts`: one per sequence, in row order; `shared_buffer`: one expert
+    buffer for the batch (a buffered method's); `profile`: the verify-cost profile a batch rule prices the pass with."""
     if not any(len(t) for t in trees):
         return [[] for _ in trees]
     if spec.batch_rule is not None:
         return spec.batch_rule(profile, trees, budget)
-    if shared_buffer and spec.buffered and len(trees) > 1:
+    if shared_buffer and len(trees) > 1:
         if spec.session is not None:  # a method that decides for itself: each row, its experts shared
             return shared_sessions(sessions, trees, experts, root_experts, budget)
         parents, probs = [t.parents for t in trees], [t.probs for t in trees]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ecospec.report import batch_methods_page, demo, engines_page, moe_methods_page
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
-from ecospec.report.figures import save, write_figures
+from ecospec.report.figures import write_figures
 from ecospec.report.frame import sweeps
 from ecospec.report.gamma import build_gamma
 from ecospec.report.moespec import NAME as MOESPEC
@@ -105,7 +105,7 @@ def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, sta
     if (ok & (recs.frame["method"] == "adaptive_verify")).any():  # experiment=batch_methods
         built, batch_figures = batch_methods_page.page(batch_methods_page.from_frame(recs.frame))
         pages.append(built)
-        written += [p for stem, fig in batch_figures.items() for p in save(fig, out / FIGURES / stem)]
+        written += batch_methods_page.write_figures(batch_figures, out / FIGURES)
     written += [write_page(p, out) for p in pages]
     remove_unwritten(out, written)
     index = write_index(out, tables, figures, missing, recs.frame, sources, recs.skipped, since, started, pages, BESIDE)

