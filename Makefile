@@ -10,8 +10,9 @@ install:
 install-vllm:
 	$(PYTHON) -m ecospec.vllm_backend.env install
 
+# the default suite, one worker per core (tests pin one torch thread each; worksteal evens out the long ones)
 test:
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n auto --dist worksteal
 
 # the tests that train or compare floats (tests/other_isa.py's FLOATS) with torch's, MKL's and oneDNN's CPU kernels
 # held one instruction set below this processor's: a test that pins bits a processor decides fails here, on the

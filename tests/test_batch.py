@@ -150,7 +150,12 @@ def batch_predictor(target):
     return ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("preset", FAMILY_PRESETS)
+# every family's -a preset in the default suite, the -b ones behind `slow` (make test-slow, CI): test_engine's lossless
+# greedy runs every preset at one sequence
+BATCH_PRESETS = [p if p.endswith("-a") else pytest.param(p, marks=pytest.mark.slow) for p in FAMILY_PRESETS]
+
+
+@pytest.mark.parametrize("preset", BATCH_PRESETS)
 def test_generate_batch_equals_generate_per_prompt(models64, preset):
     """Greedy: every sequence's tokens and step records equal generate() on its prompt alone, for AR and SD with
     each selector; with one expert buffer for the batch the tokens still equal AR's (lossless)."""

@@ -146,10 +146,10 @@ def test_compiled_step_matches_uncompiled():
             torch.testing.assert_close(keys(), ref_keys, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.compiled  # a cold compile of its two graphs is the default suite's longest test
 def test_compiled_engine_decodes_as_the_eager_one():
-    """The default suite's compiled-vs-eager check: `engine=compiled` through the loop, AR and SD with a draft
-    model under every selector, gives the eager engine's tokens, accepted lengths and unique experts per verify
-    pass (float64: no reduction-order flips)."""
+    """`engine=compiled` through the loop, AR and SD with a draft model under every selector, gives the eager
+    engine's tokens, accepted lengths and unique experts per verify pass (float64: no reduction-order flips)."""
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":  # make test-other-isa on an AVX2 machine
         pytest.skip("with ATEN_CPU_CAPABILITY=default, inductor (torch 2.13) emits at::vec code its headers lack")
     import ecospec
