@@ -97,23 +97,28 @@ def test_routed_experts_op_matches_transformers(dtype, width):
 @pytest.mark.parametrize("head_dim", [32, 20])  # 32: the kernel's register tiles; 20: widths they do not divide
 def test_block_attention_op_matches_attention_over_a_mask(dtype, head_dim):
     """`ecospec::block_attention` (the C++ kernel, which reads only the slots that hold keys) gives attention over
-    the whole static cache through the mask of the visible slots: blocks of 1 to 9 queries, a tree block, grouped
-    query heads, a block at the cache's start and one that ends at its last slot."""
+    the whole static cache through the mask of the visible slots: a batch of three sequences at their own starts (the
+    cache's first slot, its middle, a block that ends at its last slot) under their own trees, blocks of 1 to 9
+    queries, grouped query heads."""
     cpu_kernels()
     assert torch._C._dispatch_has_kernel_for_dispatch_key("ecospec::block_attention", "CPU")
     gen = torch.Generator().manual_seed(2)
-    slots = 40
+    slots, rows = 40, 3
     tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
     for heads, kv in ((4, 2), (2, 1), (3, 3)):
-        k_cache = torch.randn(kv, slots, head_dim, generator=gen).to(dtype)
-        v_cache = torch.randn(kv, slots, head_dim, generator=gen).to(dtype)
-        for q_len, start in ((1, 0), (1, 17), (2, 9), (5, 20), (9, 31)):
-            q = torch.randn(q_len, heads, head_dim, generator=gen).to(dtype).transpose(0, 1)  # as the step makes it
-            tree = ancestor_mask([int(torch.randint(-1, j, (), generator=gen)) for j in range(q_len - 1)])
-            args = (q, k_cache, v_cache, torch.tensor(start), tree, head_dim**-0.5)
+        k_cache = torch.randn(rows, kv, slots, head_dim, generator=gen).to(dtype)
+        v_cache = torch.randn(rows, kv, slots, head_dim, generator=gen).to(dtype)
+        for q_len in (1, 2, 5, 9):
+            q = torch.randn(rows, q_len, heads, head_dim, generator=gen).to(dtype).transpose(1, 2)  # as the step
+            trees = [
+                ancestor_mask([int(torch.randint(-1, j, (), generator=gen)) for j in range(q_len - 1)])
+                for _ in range(rows)
+            ]
+            start = torch.tensor([0, 17, slots - q_len])
+            args = (q, k_cache, v_cache, start, torch.stack(trees), head_dim**-0.5)
             torch.testing.assert_close(torch.ops.ecospec.block_attention(*args), attention_over_mask(*args), **tol)
     with pytest.raises(RuntimeError, match="overruns"):
-        torch.ops.ecospec.block_attention(q, k_cache, v_cache, torch.tensor(slots - 2), tree, 1.0)
+        torch.ops.ecospec.block_attention(q, k_cache, v_cache, start + 1, torch.stack(trees), 1.0)
 
 
 def test_static_forward_refuses_other_families():
@@ -135,10 +140,10 @@ def test_compiled_step_matches_uncompiled():
         for tokens, pos, tree in blocks:
             start = torch.tensor(10)
             ref_logits, _ = static(tokens, pos, start, tree)
-            keys = lambda: torch.stack(static.k_cache + static.v_cache)[:, :, 10:15]  # noqa: E731
+            keys = lambda: torch.stack(static.k_cache + static.v_cache)[..., 10:15, :]  # noqa: E731
             ref_routes, ref_keys = static.routes[:, : len(tokens)].clone(), keys().clone()
             for cache in static.k_cache + static.v_cache:
-                cache[:, 10:].zero_()
+                cache[..., 10:, :].zero_()
             static.routes.zero_()
             logits, _ = step(tokens, pos, start, tree)
             torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
@@ -172,6 +177,60 @@ def test_compiled_engine_decodes_as_the_eager_one():
         assert [s.accepted for s in compiled.steps] == [s.accepted for s in eager.steps], kw
         assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps], kw
     assert any(s.accepted > 1 for s in compiled.steps)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("finished", ["mask", "leave"])
+def test_compiled_batch_decodes_each_sequence_as_the_eager_one(finished):
+    """`engine=compiled` at B > 1 (a target prepared for 4 rows, 3 prompts of other lengths, one sequence ending
+    at an end-of-sequence token early): each sequence's tokens, accepted lengths and the batched passes' unique
+    experts equal the eager engine's, for AR and SD with a draft model (blocks of other sizes per row, padded) and the
+    oracle (its look-up pass per row), whether a finished sequence stays as a masked row or the batch moves to a
+    smaller prepared size."""
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":  # make test-other-isa on an AVX2 machine
+        pytest.skip("with ATEN_CPU_CAPABILITY=default, inductor (torch 2.13) emits at::vec code its headers lack")
+    import ecospec
+    from ecospec.drafters.draft_model import DraftModelDrafter
+    from ecospec.engine.compiled import LeavingTarget, prepare
+    from ecospec.models.loading import perturbed_copy
+
+    target = tiny_model("qwen3_moe-b", seed=0, dtype=torch.float64, num_hidden_layers=3)
+    drafter = DraftModelDrafter(perturbed_copy(target, scale=0.1, seed=1))
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (16, 9, 13)]
+    prepared = prepare(target, gamma=4, max_len=64, rows=4, finished=finished)
+    eos = ecospec.generate(target, prompts[1][None], max_new_tokens=20, eos_token_id=[]).tokens[4]
+    runs = [dict()] + [
+        dict(drafter=drafter, selector=s, predictor=None if s == "confidence" else "oracle", gamma=4)
+        for s in ("confidence", "oracle")
+    ]
+    for kw in runs:
+        eager = ecospec.generate_batch(target, prompts, max_new_tokens=20, eos_token_id=[eos], **kw)
+        compiled = ecospec.generate_batch(target, prompts, max_new_tokens=20, eos_token_id=[eos], engine=prepared, **kw)
+        for e, c in zip(eager.results, compiled.results, strict=True):
+            assert c.tokens == e.tokens, kw
+            assert [s.accepted for s in c.steps] == [s.accepted for s in e.steps], kw
+        assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps], kw
+        assert len({len(r.tokens) for r in compiled.results}) > 1  # sequences finished at different steps
+    assert any(s.accepted > 1 for r in compiled.results for s in r.steps)
+    if isinstance(prepared, LeavingTarget):
+        assert [t.rows for t in prepared.sizes] == [4, 2, 1] and prepared.current.rows < 4
+
+
+def test_compiled_batch_scope():
+    """At B > 1 the compiled engine decodes AR and a draft model; an EAGLE-3 head or a learned predictor is refused
+    in one line (their compiled passes are one sequence's), as is an unknown finishing rule."""
+    from ecospec.engine.compiled import prepare
+    from ecospec.engine.scope import compiled_problem
+
+    assert compiled_problem("qwen3_moe", drafter=None, batch_size=8) is None
+    assert compiled_problem("qwen3_moe", drafter="draft_model", predictor="oracle", batch_size=8) is None
+    assert "AR or a draft model only" in compiled_problem("qwen3_moe", drafter="eagle3", batch_size=8)
+    assert "AR or a draft model only" in compiled_problem(
+        "qwen3_moe", drafter="draft_model", predictor="learned", batch_size=2
+    )
+    with pytest.raises(ValueError, match="finished='drop'"):
+        prepare(tiny_model("qwen3_moe-a"), gamma=2, max_len=32, rows=2, finished="drop")
 
 
 def test_compiled_engine_refusals():

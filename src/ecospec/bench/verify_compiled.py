@@ -86,10 +86,10 @@ def run_compiled(
         static = prepared.static
         for gamma in (1, *gammas):
             prepared.prefill_one(torch.randint(0, VOCAB, (prefix,), generator=gen))
-            tokens = torch.randint(0, VOCAB, (gamma,), generator=gen)
-            pos = torch.arange(prefix, prefix + gamma)
-            start = torch.tensor(prefix)
-            tree = torch.ones(gamma, gamma, dtype=torch.bool).tril()
+            tokens = torch.randint(0, VOCAB, (1, gamma), generator=gen)  # one sequence: the steps' batch axis
+            pos = torch.arange(prefix, prefix + gamma)[None]
+            start = torch.tensor([prefix])
+            tree = torch.ones(gamma, gamma, dtype=torch.bool).tril()[None]
 
             def one(tokens=tokens, pos=pos, start=start, tree=tree, prepared=prepared, gamma=gamma):
                 return prepared.steps[gamma](tokens, pos, start, tree)

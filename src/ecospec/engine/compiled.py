@@ -2,15 +2,19 @@
 
     prepared = prepare(target, gamma=6, max_len=512, hidden_layers=drafter.hidden_layers)
     ecospec.generate(target, ids, drafter=..., engine=prepared)       # or engine="compiled": prepared per call
+    batch = prepare(target, gamma=4, max_len=512, rows=8)             # every graph runs 8 sequences
+    ecospec.generate_batch(target, prompts, drafter=draft_model, engine=batch)
 
 A `CompiledTarget` holds the KV cache (allocated once for the cell's longest sequence), the step buffers (tokens,
-positions, tree mask for each block size: allocated once, filled on the host) and the compiled steps: the AR step
-(q = 1, its shape fixed) and one verify graph whose block size is a symbol over 2 .. γ, so that a method verifying
+positions, tree mask for each block size: allocated once, filled on the host) and the compiled steps: the AR step (q
+= 1, its shape fixed) and one verify graph whose block size is a symbol over 2 .. γ, so that a method verifying
 fewer than γ tokens (EVICT, Cascade, EcoSpec-Adaptive, a tree cut short) pays for its tokens, not for a γ block of
 padding, with one graph to compile instead of one per size. The prefill and the oracle's look-up pass run the same
-forward uncompiled. Accepted paths are compacted onto the prefix in place (one small compiled call for all
-layers). Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles from disk. Written with
-no host read inside a step, so a GPU can capture its shapes as CUDA graphs later (not done: no GPU has run it).
+forward uncompiled. Accepted paths are compacted onto the prefix in place (one small compiled call for all layers).
+A batch runs every row at each step's longest block, shorter blocks padded and finished sequences masked at the
+fixed shape (`CompiledTarget`). Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles
+from disk. Written with no host read inside a step, so a GPU can capture its shapes as CUDA graphs later (not done:
+no GPU has run it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from ecospec.engine.graphs import compile_method, prepared_on
 from ecospec.engine.scope import compiled_problem
 from ecospec.engine.static_qwen3 import StaticQwen3
+from ecospec.engine.step import Block
 from ecospec.engine.tree import ancestor_mask
 from ecospec.models.adapters import moe_info
 
@@ -58,10 +63,19 @@ def toolchain_missing() -> str | None:
     return None
 
 
+FINISHED = ("mask", "leave")  # a batch's finished sequence: a dummy row at the fixed shape, or it leaves the batch
+
+
 @dataclass
 class CompiledTarget:
-    """A target prepared for compiled decoding (see the module docstring). `compile_s`: the warm-up, never part of
-    a cell's timings."""
+    """A target prepared for compiled decoding (see the module docstring) of up to `rows` sequences at a time.
+    `compile_s`: the warm-up, never part of a cell's timings.
+
+    Each step runs every prepared row at one block size, the batch's longest block: a shorter block is padded with
+    copies of its root (the root's position, seeing only itself: the root's own hidden states, so no expert that the
+    root does not route to), and a sequence that has finished stays in its row as a one-token dummy (masked at the
+    fixed shape; its slot is overwritten and never read). `live`: the row of each sequence the loop decodes, in its
+    order."""
 
     target: object
     static: StaticQwen3
@@ -71,18 +85,27 @@ class CompiledTarget:
     hidden_layers: tuple[int, ...]
     compact_step: object = None  # `StaticQwen3.compact` compiled (blocks of γ > 1 tokens)
     compile_s: float = 0.0
-    length: int = 0  # committed tokens in the cache
-    routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, q, k]
+    rows: int = 1
+    lengths: list[int] = field(default_factory=list)  # each row's committed tokens in the cache
+    live: list[int] = field(default_factory=list)
+    routes: list[torch.Tensor] = field(default_factory=list)  # each counted pass's routes [L_moe, tokens, k]
     sizes: tuple[int, ...] = field(init=False)  # every block size a step may verify: 1 .. γ
 
     def __post_init__(self):
         dev = self.static.slot_ids.device
+        r = self.rows
         self.sizes = tuple(range(1, self.gamma + 1))
-        self._tokens = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
-        self._pos = {q: torch.zeros(q, dtype=torch.long, device=dev) for q in self.sizes}
-        self._tree = {q: torch.ones(q, q, dtype=torch.bool, device=dev).tril() for q in self.sizes}
-        self._start = torch.zeros((), dtype=torch.long, device=dev)
-        self._src = torch.arange(self.gamma, device=dev)  # the compaction's source rows: the path, then identity
+        self._tokens = {q: torch.zeros(r, q, dtype=torch.long, device=dev) for q in self.sizes}
+        self._pos = {q: torch.zeros(r, q, dtype=torch.long, device=dev) for q in self.sizes}
+        self._tree = {q: torch.ones(q, q, dtype=torch.bool, device=dev).tril().repeat(r, 1, 1) for q in self.sizes}
+        self._start = torch.zeros(r, dtype=torch.long, device=dev)
+        self._src = torch.arange(self.gamma, device=dev).repeat(r, 1)  # compaction's sources: the path, then identity
+        self.lengths, self.live = [0] * r, list(range(r))
+
+    @property
+    def length(self) -> int:
+        """One sequence's committed tokens (the studies' single-sequence calls)."""
+        return self.lengths[0]
 
     def __enter__(self) -> CompiledTarget:
         return self
@@ -107,95 +130,190 @@ class CompiledTarget:
         if n > self.max_len:
             raise ValueError(f"the sequence needs {n} cache slots; the compiled target was prepared for {self.max_len}")
 
-    # -- the decode loop's calls (`engine.targets`), one sequence ------------------------------------------------
+    # -- the decode loop's calls (`engine.targets`) ---------------------------------------------------------------
 
     def prefill(self, prompts: list[torch.Tensor]):
-        logits, feats = self.prefill_one(self._one(prompts))
-        return logits, None if feats is None else [feats[0]]
+        """Each prompt at slots 0 .. n_b - 1 of its row, in one uncompiled pass (right-padded with its last token,
+        whose slots the first step overwrites)."""
+        if len(prompts) > self.rows:
+            raise ValueError(f"{len(prompts)} sequences; the compiled target was prepared for {self.rows}")
+        n = max(p.shape[0] for p in prompts)
+        self._check_room(n + self.gamma)
+        dev = prompts[0].device
+        padded = [torch.cat([p, p[-1:].expand(n - p.shape[0])]) for p in prompts]
+        padded += [padded[0]] * (self.rows - len(prompts))  # rows no sequence uses: dummies
+        tokens, pos = torch.stack(padded), torch.arange(n, device=dev).expand(self.rows, n)
+        causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(self.rows, n, n)
+        logits, feats = self.static(tokens, pos, torch.zeros(self.rows, dtype=torch.long, device=dev), causal)
+        self.lengths = [p.shape[0] for p in prompts] + [n] * (self.rows - len(prompts))
+        self.live, self.routes = list(range(len(prompts))), []
+        last = torch.stack([logits[b, len(p) - 1] for b, p in enumerate(prompts)])
+        return last, None if feats is None else [feats[b, : len(p)] for b, p in enumerate(prompts)]
 
     def verify(self, blocks):
-        blk = self._one(blocks)
-        logits, feats = self.verify_one(blk.tokens, blk.parents, blk.depths)
-        return [logits], None if feats is None else [feats[0]]
-
-    def compact(self, paths: list[list[int]]) -> None:
-        self.compact_one(self._one(paths))
-
-    def drop(self, keep: list[int]) -> None:
-        raise ValueError("drop: a decode of one sequence has no rows to drop")
-
-    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
-        return [self.lookup_one(self._one(roots), self._one(trees))]
-
-    @staticmethod
-    def _one(rows: list):
-        if len(rows) != 1:
-            raise ValueError(f"the compiled target decodes one sequence at a time, got {len(rows)}")
-        return rows[0]
-
-    # -- one sequence's passes (what the studies time) ---------------------------------------------------------
-
-    def prefill_one(self, ids: torch.Tensor):
-        """The prompt [n] at slots 0..n-1 (uncompiled): (last position's logits [1, V], features [1, n, F] or None)."""
-        n = ids.shape[0]
-        self._check_room(n + self.gamma)
-        dev = ids.device
-        causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        logits, feats = self.static(ids, torch.arange(n, device=dev), torch.tensor(0, device=dev), causal)
-        self.length, self.routes = n, []
-        return logits[-1:], None if feats is None else feats[None]
-
-    def verify_one(self, tokens: list[int], parents: list[int], depths: list[int]):
-        """One step's block (root + chosen nodes, block-index parents) after the committed tokens, at its own size
-        (the AR graph for q = 1, the verify graph for 2 .. γ): (logits [q, V], features [1, q, F] or None). Its
-        routes are kept for the counts at the end."""
-        q = len(tokens)
+        """Every row's block in one pass at the batch's longest block size (the AR graph for 1, the verify graph
+        for 2 .. γ): logits [m_b, V] and features [m_b, F] or None for each live row."""
+        if len(blocks) != len(self.live):
+            raise ValueError(f"{len(blocks)} blocks for {len(self.live)} sequences")
+        q = max(len(b.tokens) for b in blocks)
         if q > self.gamma:
             raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
-        self._check_room(self.length + q)
-        self._tokens[q].copy_(torch.tensor(tokens))
-        self._pos[q].copy_(torch.tensor(depths)).add_(self.length)
+        tokens, pos, tree = self._dummies(q)
+        for r, blk in zip(self.live, blocks, strict=True):
+            m = len(blk.tokens)
+            self._check_room(self.lengths[r] + q)
+            tokens[r] = torch.tensor(blk.tokens + [blk.tokens[0]] * (q - m))
+            pos[r] = torch.tensor([self.lengths[r] + d for d in blk.depths] + [self.lengths[r]] * (q - m))
+            if q > 1:
+                tree[r, :m, :m] = ancestor_mask([p - 1 for p in blk.parents[1:]])
+        logits, feats = self._step(q, tokens, pos, tree)
+        routes = self.static.routes[:, : self.rows * q].view(self.static.routes.shape[0], self.rows, q, -1)
+        sizes = [len(b.tokens) for b in blocks]
+        self.routes.append(torch.cat([routes[:, r, :m] for r, m in zip(self.live, sizes, strict=True)], dim=1))
+        rows = list(zip(self.live, sizes, strict=True))
+        return [logits[r, :m] for r, m in rows], None if feats is None else [feats[r, :m] for r, m in rows]
+
+    def _dummies(self, q: int):
+        """A step's host inputs, every row a dummy: its last committed slot's token 0, seeing only itself."""
+        tokens = torch.zeros(self.rows, q, dtype=torch.long)
+        pos = torch.tensor(self.lengths)[:, None].expand(self.rows, q).clone()
+        tree = torch.eye(q, dtype=torch.bool).repeat(self.rows, 1, 1)
+        return tokens, pos, tree
+
+    def _step(self, q: int, tokens, pos, tree):
+        self._tokens[q].copy_(tokens)
+        self._pos[q].copy_(pos)
         if q > 1:
-            self._tree[q].copy_(ancestor_mask([p - 1 for p in parents[1:]]))
-        self._start.fill_(self.length)
-        logits, feats = self.steps[q](self._tokens[q], self._pos[q], self._start, self._tree[q])
-        self.routes.append(self.static.routes[:, :q].clone())
-        return logits, None if feats is None else feats[None]
+            self._tree[q].copy_(tree)
+        self._start.copy_(torch.tensor(self.lengths))
+        return self.steps[q](self._tokens[q], self._pos[q], self._start, self._tree[q])
 
-    def lookup_one(self, root: int, tree) -> torch.Tensor:
-        """The oracle's pass over root + the whole tree (uncompiled, analysis only): its routes [L_moe, 1 + n, k].
-        It writes scratch slots after the committed tokens, which the next step overwrites."""
-        n = len(tree) + 1
-        self._check_room(self.length + n)
-        dev = self._start.device
-        tokens = torch.tensor([root] + tree.tokens, device=dev)
-        pos = torch.tensor([0] + tree.depths, device=dev) + self.length
-        self.static(tokens, pos, torch.tensor(self.length, device=dev), ancestor_mask(tree.parents, dev))
-        return self.static.routes[:, :n].clone()
-
-    def compact_one(self, path: list[int]) -> None:
-        """Move the accepted path's cache rows (block indices) right after the committed tokens."""
-        start = self.length
-        if path != list(range(len(path))):
-            self._src.copy_(torch.tensor(path + list(range(len(path), self.gamma))))
-            self._start.fill_(start)
+    def compact(self, paths: list[list[int]]) -> None:
+        """Each live row's accepted path (block indices) moves right after its committed tokens."""
+        if any(path != list(range(len(path))) for path in paths):
+            src = torch.arange(self.gamma).repeat(self.rows, 1)
+            for r, path in zip(self.live, paths, strict=True):
+                src[r, : len(path)] = torch.tensor(path)
+            self._src.copy_(src)
+            self._start.copy_(torch.tensor(self.lengths))
             self.compact_step(self._src, self._start)
-        self.length = start + len(path)
+        for r, path in zip(self.live, paths, strict=True):
+            self.lengths[r] += len(path)
+
+    def drop(self, keep: list[int]) -> None:
+        """Only live rows `keep` go on; the others stay in the batch as dummies (masked at the fixed shape)."""
+        if self.rows == 1:
+            raise ValueError("drop: a decode of one sequence has no rows to drop")
+        self.live = [self.live[r] for r in keep]
+
+    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
+        """The oracle's pass over each live row's root + whole tree (uncompiled, analysis only): its routes
+        [L_moe, 1 + n_b, k]. It writes scratch slots after the committed tokens, which the next step overwrites."""
+        n = max(len(t) for t in trees) + 1
+        tokens, pos, tree = self._dummies(n)
+        for r, root, t in zip(self.live, roots, trees, strict=True):
+            m = len(t) + 1
+            self._check_room(self.lengths[r] + n)
+            tokens[r] = torch.tensor([root, *t.tokens] + [root] * (n - m))
+            pos[r] = torch.tensor([self.lengths[r] + d for d in (0, *t.depths)] + [self.lengths[r]] * (n - m))
+            tree[r, :m, :m] = ancestor_mask(t.parents)
+        dev = self._start.device
+        self.static(tokens.to(dev), pos.to(dev), torch.tensor(self.lengths, device=dev), tree.to(dev))
+        routes = self.static.routes[:, : self.rows * n].view(self.static.routes.shape[0], self.rows, n, -1)
+        return [routes[:, r, : len(t) + 1].clone() for r, t in zip(self.live, trees, strict=True)]
 
     def take_routes(self) -> torch.Tensor:
-        """Every counted pass's routes back to back, [L_moe, sum of block sizes, k]."""
+        """Every counted pass's routes back to back, [L_moe, sum of block sizes, k], row by row within a pass."""
         routes, self.routes = self.routes, []
         if not routes:
             return self.static.routes[:, :0].clone()
         return torch.cat(routes, dim=1)
 
+    # -- one sequence's passes (what the studies time) ---------------------------------------------------------
+
+    def prefill_one(self, ids: torch.Tensor):
+        """The prompt [n] at slots 0..n-1 (uncompiled): (last position's logits [1, V], features [1, n, F] or None)."""
+        logits, feats = self.prefill([ids])
+        return logits, None if feats is None else feats[0][None]
+
+    def verify_one(self, tokens: list[int], parents: list[int], depths: list[int]):
+        """One step's block (root + chosen nodes, block-index parents) after the committed tokens, at its own size:
+        (logits [q, V], features [1, q, F] or None). Its routes are kept for the counts at the end."""
+        logits, feats = self.verify([Block(tokens, parents, depths, [1.0] * len(tokens))])
+        return logits[0], None if feats is None else feats[0][None]
+
+    def compact_one(self, path: list[int]) -> None:
+        """Move the accepted path's cache rows (block indices) right after the committed tokens."""
+        self.compact([path])
+
+
+class LeavingTarget:
+    """Sequences that finish leave the batch (`prepare(..., finished="leave")`): a `CompiledTarget` for each batch
+    size rows, then every power of two below it, all prepared at once; when the sequences still decoding fit the
+    next smaller one, their cache rows move there and the steps run its graphs. The loop's calls go to the one in
+    use."""
+
+    def __init__(self, sizes: list[CompiledTarget]):
+        self.sizes = sorted(sizes, key=lambda t: -t.rows)  # the largest first: a decode only moves down
+        self.current = self.sizes[0]
+        first = self.sizes[0]
+        self.target, self.gamma, self.max_len, self.rows = first.target, first.gamma, first.max_len, first.rows
+        self.hidden_layers = first.hidden_layers
+        self.compile_s = sum(t.compile_s for t in self.sizes)
+        self.static = first.static
+
+    def __enter__(self) -> LeavingTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for t in self.sizes:
+            t.routes = []
+
+    def prepare_parts(self, drafter, predictor, **shapes):
+        return self.current.prepare_parts(drafter, predictor, **shapes)
+
+    def prefill(self, prompts: list[torch.Tensor]):
+        self.current = min((t for t in self.sizes if t.rows >= len(prompts)), key=lambda t: t.rows)
+        return self.current.prefill(prompts)
+
+    def verify(self, blocks):
+        return self.current.verify(blocks)
+
+    def compact(self, paths: list[list[int]]) -> None:
+        self.current.compact(paths)
+
+    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
+        return self.current.lookup(roots, trees)
+
+    def drop(self, keep: list[int]) -> None:
+        src = self.current
+        src.drop(keep)
+        smaller = [t for t in self.sizes if len(src.live) <= t.rows < src.rows]
+        if not smaller:
+            return
+        dst = min(smaller, key=lambda t: t.rows)
+        rows = torch.tensor(src.live, device=src.static.slot_ids.device)
+        n = len(src.live)
+        caches = zip(dst.static.k_cache + dst.static.v_cache, src.static.k_cache + src.static.v_cache, strict=True)
+        for to, frm in caches:
+            to[:n] = frm.index_select(0, rows)
+        lengths = [src.lengths[r] for r in src.live]
+        dst.lengths = lengths + [lengths[0]] * (dst.rows - n)  # rows no sequence uses: dummies
+        dst.live, dst.routes = list(range(n)), []
+        self.current = dst
+
+    def take_routes(self) -> torch.Tensor:
+        """Every counted pass's routes in pass order: the larger batch sizes' passes came first."""
+        return torch.cat([t.take_routes() for t in self.sizes], dim=1)
+
 
 def mark_block_size(buffers, gamma: int) -> None:
-    """Make a block's size a symbol over 2 .. γ in the verify graph that `buffers` (its tokens, positions and tree)
-    are first passed to; with γ = 2 the one size stays a constant (a size of 1 would be a constant to dynamo)."""
+    """Make a block's size a symbol over 2 .. γ in the verify graph that `buffers` (its tokens [R, q], positions
+    [R, q] and tree [R, q, q]) are first passed to; the rows stay fixed. With γ = 2 the one size stays a constant (a
+    size of 1 would be a constant to dynamo)."""
     if gamma > 2:
         for buf in buffers:
-            for dim in range(buf.dim()):
+            for dim in range(1, buf.dim()):
                 torch._dynamo.mark_dynamic(buf, dim, min=2, max=gamma)
 
 
@@ -206,21 +324,36 @@ def prepare(
     max_len: int,
     hidden_layers: tuple[int, ...] = (),
     forced_routing: bool = False,
-) -> CompiledTarget:
+    rows: int = 1,
+    finished: str = "mask",
+) -> CompiledTarget | LeavingTarget:
     """Compile `target`'s steps for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and the
     compaction of an accepted path), and warm them up (timed: `compile_s`): the AR graph (q = 1) and, for γ > 1, one
     verify graph for every block size 2 .. γ, each size called once (the first call compiles it, from disk when
     inductor's cache has it; the others must find it). The same arguments give the same prepared object within a
-    process. `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark)."""
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing)
+    process. `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark);
+    `rows`: the sequences a step runs (every graph is one batch size's); `finished`: what becomes of a sequence
+    that ends before the others (`FINISHED`: a dummy row at the fixed shape, or the batch moves to a smaller size's
+    graphs, `LeavingTarget`)."""
+    if finished not in FINISHED:
+        raise ValueError(f"finished={finished!r}; choose one of {', '.join(FINISHED)}")
+    if finished == "leave" and rows > 1:
+        key = ("leaving", gamma, max_len, tuple(hidden_layers), forced_routing, rows)
+        if key not in prepared_on(target):
+            sizes = sorted({rows, *(2**i for i in range(rows.bit_length()) if 2**i < rows)})
+            prepared_on(target)[key] = LeavingTarget(
+                [prepare(target, gamma=gamma, max_len=max_len, hidden_layers=hidden_layers, rows=r) for r in sizes]
+            )
+        return prepared_on(target)[key]
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows)
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)
     if reason:
         raise ValueError(reason)
-    static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing)
+    static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing, rows)
     compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
-    prepared = CompiledTarget(target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step)
+    prepared = CompiledTarget(target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step, rows=rows)
     t0 = time.perf_counter()
     with torch.inference_mode():
         prepared.steps[1] = compile_method(static, StaticQwen3.forward)

@@ -88,9 +88,10 @@ def prepared_on(obj) -> dict:
 
 
 def visible_slots(slot_ids: torch.Tensor, start: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    """Bool [q, slots]: query i sees every cache slot before `start` and the slots start + j for which block[i, j]
-    is set (block [q, W]: the step's window of slots after `start`). Fixed shapes, no host read."""
-    q, width = block.shape
-    rel = slot_ids[None, :] - start  # [1, slots]: a key's slot relative to the window
+    """Bool [..., q, slots]: query i sees every cache slot before `start` and the slots start + j for which
+    block[..., i, j] is set (block [..., q, W]: the step's window of slots after `start`; start [...], one per
+    sequence of a batch). Fixed shapes, no host read."""
+    width = block.shape[-1]
+    rel = slot_ids - start[..., None, None]  # [..., 1, slots]: a key's slot relative to the window
     inside = (rel >= 0) & (rel < width)
-    return (rel < 0) | (inside & block.gather(1, rel.clamp(0, width - 1).expand(q, -1)))
+    return (rel < 0) | (inside & block.gather(-1, rel.clamp(0, width - 1).expand(*block.shape[:-1], -1)))

@@ -118,10 +118,11 @@ torch.library.define(
     "ecospec::block_attention",
     "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor start, Tensor tree, float scale) -> Tensor",
 )
-# A block's attention over a static cache: q [Hq, Q, D] at slots start .. start + Q - 1, caches [Hkv, S, D] (keys
-# and values already written), query i seeing every slot before `start` and the block's slots its row of `tree`
-# [Q, Q] marks -> [Hq, Q, D]. The CPU kernel (C++) reads only the start + Q slots that hold keys; attention through
-# a mask over the whole static cache scored every slot, empty ones included, for every query.
+# A batch of blocks' attention over a static cache: sequence b's q [Hq, Q, D] at slots start[b] .. start[b] + Q - 1
+# of its caches [Hkv, S, D] (keys and values already written), query i seeing every slot before start[b] and the
+# block's slots its row of tree[b] [Q, Q] marks; all batched: q [B, Hq, Q, D], caches [B, Hkv, S, D], start [B],
+# tree [B, Q, Q] -> [B, Hq, Q, D]. The CPU kernel (C++) reads only the start + Q slots that hold keys; attention
+# through a mask over the whole static cache scored every slot, empty ones included, for every query.
 
 
 @torch.library.register_fake("ecospec::block_attention")
@@ -132,34 +133,32 @@ def _(q, k_cache, v_cache, start, tree, scale):
 def attention_over_mask(q, k_cache, v_cache, start, tree, scale) -> torch.Tensor:
     """Any device without a kernel of its own (a GPU): attention over every cache slot through a mask of the
     visible ones, with no host read of `start`."""
-    slot_ids = torch.arange(k_cache.shape[1], device=q.device)
-    visible = visible_slots(slot_ids, start, tree)
-    out = F.scaled_dot_product_attention(
-        q[None],
-        k_cache[None],
-        v_cache[None],
-        attn_mask=visible[None, None],
-        scale=scale,
-        enable_gqa=q.shape[0] != k_cache.shape[0],
+    slot_ids = torch.arange(k_cache.shape[2], device=q.device)
+    visible = visible_slots(slot_ids, start, tree)  # [B, Q, S]
+    return F.scaled_dot_product_attention(
+        q, k_cache, v_cache, attn_mask=visible[:, None], scale=scale, enable_gqa=q.shape[1] != k_cache.shape[1]
     )
-    return out[0]
 
 
 torch.library.impl("ecospec::block_attention", "CompositeExplicitAutograd")(attention_over_mask)
 
 
 class StaticQwen3(nn.Module):
-    """A Qwen3-MoE target over a static KV cache (batch 1). Buffers: `k_cache` / `v_cache`, one [Hkv, max_len, D]
-    tensor per layer, `routes` [L_moe, max_len, k]. Call `forward(tokens [q], pos [q], start [] long, tree [q, q]
-    bool)`: returns logits [q, V] and, when `hidden_layers` is set, the HF `hidden_states` at those indices
-    concatenated [q, F].
+    """A Qwen3-MoE target over a static KV cache for `rows` sequences. Buffers: `k_cache` / `v_cache`, one
+    [rows, Hkv, max_len, D] tensor per layer, `routes` [L_moe, rows * max_len, k]. Call `forward(tokens [B, q],
+    pos [B, q], start [B] long, tree [B, q, q] bool)` with B = rows: each sequence's block at its own slots, under its
+    own tree; returns logits [B, q, V] and, when `hidden_layers` is set, the HF `hidden_states` at those indices
+    concatenated [B, q, F]; its routes are `routes[:, : B * q]`, sequence-major. One sequence (rows 1) may also call
+    it without the batch axis (tokens [q], pos [q], start [], tree [q, q]) and gets none back.
 
     Why a tensor per layer and one routes write at the end: a step that writes its rows into a slice of one
     stacked buffer and then reads it is functionalized by the compiler into a copy of the whole buffer per layer
     and a copy back at the end (O(cache) per step); a write into a
     whole graph input that nothing reads after it is done in place."""
 
-    def __init__(self, target, max_len: int, hidden_layers: tuple[int, ...] = (), forced_routing: bool = False):
+    def __init__(
+        self, target, max_len: int, hidden_layers: tuple[int, ...] = (), forced_routing: bool = False, rows: int = 1
+    ):
         super().__init__()
         cfg = target.config
         info = moe_info(target)
@@ -179,12 +178,16 @@ class StaticQwen3(nn.Module):
         self.attention_scaling = float(model.rotary_emb.attention_scaling)
         self.register_buffer("inv_freq", model.rotary_emb.inv_freq.detach().clone(), persistent=False)
         dev, dtype = target.device, target.dtype
-        shape = (self.n_kv, max_len, self.head_dim)
+        self.rows = rows
+        shape = (rows, self.n_kv, max_len, self.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(self.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(self.num_layers)]
-        routes = torch.zeros(len(info.moe_layers), max_len, self.top_k, dtype=torch.long, device=dev)
+        routes = torch.zeros(len(info.moe_layers), rows * max_len, self.top_k, dtype=torch.long, device=dev)
         self.register_buffer("routes", routes, persistent=False)
         self.register_buffer("slot_ids", torch.arange(max_len, device=dev), persistent=False)
+        # each sequence's row and each key-value head, as indices of a cache write [B, Hkv, q] (rows > 1)
+        self.register_buffer("row_ids", torch.arange(rows, device=dev)[:, None, None], persistent=False)
+        self.register_buffer("head_ids", torch.arange(self.n_kv, device=dev)[None, :, None], persistent=False)
         # benchmarks only (ecospec.bench.verify_compiled): the routers' top-k ids replaced by `forced_ids`
         self.forced_routing = forced_routing
         if forced_routing:
@@ -203,22 +206,32 @@ class StaticQwen3(nn.Module):
         self.attn_scaling = model.layers[0].self_attn.scaling
 
     def _attention(self, w: dict, i: int, x, cos, sin, slots, start, tree):
-        q_len = x.shape[0]
-        heads = lambda name: F.linear(x, w[name], w[f"{name}_bias"]).view(q_len, -1, self.head_dim)  # noqa: E731
-        q = _rms(heads("q"), w["q_norm"], w["q_eps"]).transpose(0, 1)
-        k = _rms(heads("k"), w["k_norm"], w["k_eps"]).transpose(0, 1)
-        v = heads("v").transpose(0, 1)
+        b, q_len = x.shape[:2]
+        heads = lambda name: F.linear(x, w[name], w[f"{name}_bias"]).view(b, q_len, -1, self.head_dim)  # noqa: E731
+        q = _rms(heads("q"), w["q_norm"], w["q_eps"]).transpose(1, 2)
+        k = _rms(heads("k"), w["k_norm"], w["k_eps"]).transpose(1, 2)
+        v = heads("v").transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         k_cache, v_cache = self.k_cache[i], self.v_cache[i]
-        k_cache.index_copy_(1, slots, k)
-        v_cache.index_copy_(1, slots, v)
+        self._write(k_cache, slots, k)
+        self._write(v_cache, slots, v)
         out = torch.ops.ecospec.block_attention(q, k_cache, v_cache, start, tree, self.attn_scaling)
-        return F.linear(out.transpose(0, 1).reshape(q_len, -1), w["o"], w["o_bias"])
+        return F.linear(out.transpose(1, 2).reshape(b, q_len, -1), w["o"], w["o_bias"])
+
+    def _write(self, cache, slots, values) -> None:
+        """values [B, Hkv, q, D] into `cache` at each sequence's slots [B, q]: one sequence's slots are one index
+        along the slot axis (index_copy_); a batch's differ by row (index_put_ over rows, heads and slots)."""
+        if self.rows == 1:
+            cache.index_copy_(2, slots[0], values)
+        else:
+            cache.index_put_((self.row_ids, self.head_ids, slots[:, None, :]), values)
 
     def _mlp(self, w: dict, moe_index: int | None, x, routes: list):
         if moe_index is None:
             return F.linear(F.silu(F.linear(x, w["gate_proj"])) * F.linear(x, w["up_proj"]), w["down_proj"])
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])  # the batch's token-slots together: each expert's weights read once a pass
         probs = torch.softmax(F.linear(x, w["router"]), dim=-1, dtype=torch.float)
         if self.forced_routing:  # the router still runs; its choice is replaced, its weights read at the forced ids
             ids = self.forced_ids[moe_index, : x.shape[0]]
@@ -228,27 +241,42 @@ class StaticQwen3(nn.Module):
         if self.norm_topk:
             top = top / top.sum(dim=-1, keepdim=True)
         routes.append(ids)
-        return torch.ops.ecospec.moe_experts(x, ids, top.to(x.dtype), w["gate_up"], w["down"])
+        return torch.ops.ecospec.moe_experts(x, ids, top.to(x.dtype), w["gate_up"], w["down"]).view(shape)
 
     def compact(self, src, start):
-        """Rows start + src[j] of every layer's cache to rows start + j ([γ] `src`: the accepted path, then
-        identity), gathered before written. One compiled call for all layers: a Python loop over 2L small copies
-        cost several times more a step (docs/benchmarks.md, "The KV cache written in place")."""
-        dst = start + self.slot_ids[: src.shape[0]]
+        """Each sequence's slots start[b] + src[b, j] of every layer's cache to start[b] + j ([B, γ] `src`: the
+        accepted path, then identity; [B] `start`), gathered before written. One compiled call for all layers: a
+        Python loop over 2L small copies cost several times more a step (docs/benchmarks.md, "The KV cache written
+        in place")."""
+        dst = start[:, None] + self.slot_ids[: src.shape[1]]
         for cache in (*self.k_cache, *self.v_cache):
-            cache.index_copy_(1, dst, cache.index_select(1, start + src))
+            if self.rows == 1:
+                cache.index_copy_(2, dst[0], cache.index_select(2, start[0] + src[0]))
+            else:
+                moved = cache[self.row_ids, self.head_ids, (start[:, None] + src)[:, None, :]]
+                cache.index_put_((self.row_ids, self.head_ids, dst[:, None, :]), moved)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Sequences `rows` [n] (physical rows, in their new order) move to rows 0 .. n - 1 of every cache (the
+        others' contents are left behind, unread). Uncompiled: once per sequence that leaves."""
+        n = rows.shape[0]
+        for cache in (*self.k_cache, *self.v_cache):
+            cache[:n] = cache.index_select(0, rows)
 
     def forward(self, tokens, pos, start, tree):
+        if tokens.dim() == 1:  # one sequence without the batch axis
+            logits, feats = self.forward(tokens[None], pos[None], start[None], tree[None])
+            return logits[0], None if feats is None else feats[0]
         head = self.head_weights
-        q = tokens.shape[0]
-        slots = start + self.slot_ids[:q]
+        b, q = tokens.shape
+        slots = start[:, None] + self.slot_ids[:q]  # [B, q]
         x = F.embedding(tokens, head["embed"])
-        freqs = pos[:, None].float() * self.inv_freq[None]
+        freqs = pos[..., None].float() * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.attention_scaling).to(x.dtype)[None]
-        sin = (emb.sin() * self.attention_scaling).to(x.dtype)[None]
+        cos = (emb.cos() * self.attention_scaling).to(x.dtype)[:, None]  # [B, 1, q, D]: every head alike
+        sin = (emb.sin() * self.attention_scaling).to(x.dtype)[:, None]
         hidden = {0: x} if 0 in self.hidden_layers else {}
-        routes = []  # each MoE layer's top-k ids [q, k], written to the routes buffer at once
+        routes = []  # each MoE layer's top-k ids [B * q, k], written to the routes buffer at once
         for i, w in enumerate(self.weights):
             h = _rms(x, w["ln1"], w["ln1_eps"])
             x = x + self._attention(w, i, h, cos, sin, slots, start, tree)
@@ -257,7 +285,7 @@ class StaticQwen3(nn.Module):
             if i + 1 in self.hidden_layers and i + 1 < self.num_layers:
                 hidden[i + 1] = x
         if routes:
-            self.routes[:, :q] = torch.stack(routes)
+            self.routes[:, : b * q] = torch.stack(routes)
         x = _rms(x, head["norm"], self.norm_eps)
         if self.num_layers in self.hidden_layers:
             hidden[self.num_layers] = x

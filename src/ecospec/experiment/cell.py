@@ -182,11 +182,17 @@ def _decode_batch(
         return [progress.rows[k] for k in keys], progress.rows[bkey]
     chat = cfg["model"].get("chat_template", True)
     ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
+    drafter = None if ar else comp.drafter
+    # prepared before the clock starts, for the cell's batch size: a smaller last batch runs in its rows
+    engine = comp.engine.for_decode(
+        comp.target, drafter, cfg["gamma"], max(map(len, ids)), cfg["max_new_tokens"], rows=cfg["batch_size"]
+    )
     t0, c0 = clock_now()
     res = ecospec.generate_batch(
         comp.target,
         ids,
-        drafter=None if ar else comp.drafter,
+        engine=engine,
+        drafter=drafter,
         selector=method["selector"],
         predictor=None if ar else comp.predictor,
         trace=not ar and trace_left > 0,

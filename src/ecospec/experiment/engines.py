@@ -21,7 +21,7 @@ from ecospec.engine.scope import slots
 class CellEngine:
     name: str = "eager"
     compile_s: float = 0.0
-    prepared: dict = field(default_factory=dict)  # (block, slots, hidden layers) -> CompiledTarget
+    prepared: dict = field(default_factory=dict)  # (block, slots, hidden layers, rows) -> CompiledTarget
     parts: set = field(default_factory=set)  # what ran compiled: target, eagle3_head, predictor
     _counted: set = field(default_factory=set)  # the compiled drafters and predictors whose warm-up is counted
 
@@ -36,28 +36,29 @@ class CellEngine:
         depth: int = 3,
         topk: int = 2,
         depths: tuple = (),
+        rows: int = 1,
     ):
-        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length (with the
-        EAGLE-3 head's draft steps for each of `depths` and the predictor's pass prepared too: `ecospec.generate`
-        finds them ready)."""
+        """The `engine=` argument of one decode: "eager", or the compiled target prepared for its length and
+        `rows` sequences (with the EAGLE-3 head's draft steps for each of `depths` and the predictor's pass prepared
+        too: `ecospec.generate` finds them ready)."""
         if self.name == "eager":
             return "eager"
         from ecospec.engine.compiled import prepare, refusal
         from ecospec.engine.static_eagle3 import prepare_drafter
         from ecospec.engine.static_predictor import prepare_predictor
 
-        reason = refusal(target, drafter)
+        reason = refusal(target, drafter, batch_size=rows)
         if reason:
             raise ValueError(reason)
         block = gamma if drafter is not None else 1  # an AR step verifies one token
         size = slots(prompt_len + max_new_tokens + block)
         hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
-        key = (block, size, hidden)
+        key = (block, size, hidden, rows)
         if drafter is None:  # AR: the smallest speculative target prepared with room for it, if any
-            roomy = sorted((k for k in self.prepared if k[0] > 1 and k[1] >= size), key=lambda k: k[1])
+            roomy = sorted((k for k in self.prepared if k[0] > 1 and k[1] >= size and k[3] == rows), key=lambda k: k[1])
             key = roomy[0] if roomy else key
         if key not in self.prepared:
-            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden)
+            self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden, rows=rows)
             self.compile_s += prepared.compile_s
             self.parts.add("target")
         if drafter is not None:
