@@ -331,7 +331,6 @@ def test_engine_knob_identity_and_refusals():
     )
     refused = {
         ("engine=fast",): "allowed: eager, compiled",
-        ("engine=compiled", "batch_size=4"): "AR or a draft model only",
         ("engine=compiled", "method=moespec", "expert_budget=8"): "no expert budget",
         ("engine=compiled", "model=mixtral"): "Qwen3-MoE targets only",
         ("engine=compiled", "backend=vllm", "method=ar"): "backend=hf",

@@ -217,18 +217,9 @@ def test_compiled_batch_decodes_each_sequence_as_the_eager_one(finished):
         assert [t.rows for t in prepared.sizes] == [4, 2, 1] and prepared.current.rows < 4
 
 
-def test_compiled_batch_scope():
-    """At B > 1 the compiled engine decodes AR and a draft model; an EAGLE-3 head or a learned predictor is refused
-    in one line (their compiled passes are one sequence's), as is an unknown finishing rule."""
+def test_compiled_batch_refuses_an_unknown_finishing_rule():
     from ecospec.engine.compiled import prepare
-    from ecospec.engine.scope import compiled_problem
 
-    assert compiled_problem("qwen3_moe", drafter=None, batch_size=8) is None
-    assert compiled_problem("qwen3_moe", drafter="draft_model", predictor="oracle", batch_size=8) is None
-    assert "AR or a draft model only" in compiled_problem("qwen3_moe", drafter="eagle3", batch_size=8)
-    assert "AR or a draft model only" in compiled_problem(
-        "qwen3_moe", drafter="draft_model", predictor="learned", batch_size=2
-    )
     with pytest.raises(ValueError, match="finished='drop'"):
         prepare(tiny_model("qwen3_moe-a"), gamma=2, max_len=32, rows=2, finished="drop")
 
@@ -299,6 +290,61 @@ def test_compiled_engine_with_an_eagle3_head():
         compiled = ecospec.generate(target, ids, engine="compiled", **kw)
         assert compiled.tokens == eager.tokens, temperature
         assert [(s.accepted, s.experts) for s in compiled.steps] == [(s.accepted, s.experts) for s in eager.steps]
+
+
+@pytest.mark.compiled
+def test_compiled_batch_with_an_eagle3_head_and_a_predictor():
+    """At B > 1 the compiled target feeds each row's hidden states to the EAGLE-3 head and a learned predictor (both
+    eager: their graphs are one sequence's): each sequence's tokens, α and the passes' E equal the eager engine's,
+    greedy and (same seeds) sampled."""
+    from test_batch import batch_predictor  # a learned predictor of random weights
+
+    import ecospec
+    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+    from ecospec.engine.compiled import prepare
+
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
+    cfg = target.config
+    head = Eagle3Head(
+        Eagle3Config(
+            hidden_size=cfg.hidden_size,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            vocab_size=cfg.vocab_size,
+            draft_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size,
+            aux_hidden_layers=(0, 1, 2),
+        )
+    )
+    init_random_weights(head, std=0.3, seed=0)
+    drafter = Eagle3Drafter(head.double(), target.get_input_embeddings())
+    predictor = batch_predictor(target)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=gen) for n in (16, 7, 11)]
+    prepared = prepare(target, gamma=4, max_len=64, rows=3, hidden_layers=drafter.hidden_layers)
+    for temperature, selector, pred in (
+        (0.0, "confidence", None),
+        (0.0, "ecospec", predictor),
+        (1.0, "ecospec", predictor),
+    ):
+        kw = dict(
+            drafter=drafter,
+            selector=selector,
+            predictor=pred,
+            gamma=4,
+            max_new_tokens=16,
+            eos_token_id=[],
+            temperature=temperature,
+            seed=[3, 4, 5],
+        )
+        eager = ecospec.generate_batch(target, prompts, **kw)
+        compiled = ecospec.generate_batch(target, prompts, engine=prepared, **kw)
+        for e, c in zip(eager.results, compiled.results, strict=True):
+            assert c.tokens == e.tokens, (temperature, selector)
+            assert [s.accepted for s in c.steps] == [s.accepted for s in e.steps]
+        assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps]
 
 
 @pytest.mark.compiled

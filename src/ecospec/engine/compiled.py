@@ -117,9 +117,13 @@ class CompiledTarget:
         self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool, depths: tuple[int, ...] = ()
     ):
         """The EAGLE-3 head's draft steps (for each tree depth in `depths` too) and the expert predictor's pass
-        compiled too (a draft model, the oracle and a method without a predictor keep theirs)."""
+        compiled too (a draft model, the oracle and a method without a predictor keep theirs). A batch keeps both
+        eager: their graphs are one sequence's."""
         from ecospec.engine.static_eagle3 import prepare_drafter
         from ecospec.engine.static_predictor import prepare_predictor
+
+        if self.rows > 1:
+            return drafter, predictor
 
         drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len, depths=depths)
         if predicted:

@@ -8,7 +8,6 @@ from ecospec.drafters.registry import kinds
 
 ENGINES = ("eager", "compiled")
 BATCH_BUFFERS = ("sequence", "batch")  # generate_batch: one expert buffer per sequence, or one for the batch
-BATCH_DRAFTERS = (None, "draft_model")  # engine=compiled at batch_size > 1: AR, or a draft model's own forward
 SLOTS = 512  # a compiled cache's size is a multiple of this: one shape serves every prompt of a usual cell
 
 
@@ -26,11 +25,9 @@ def compiled_problem(
     batch_size: int = 1,
     parallel: str | None = None,
     backend: str = "hf",
-    predictor: str | None = None,
 ) -> str | None:
     """Why `engine=compiled` cannot run this decode (one line), or None. Never a silent fall back to eager.
-    `drafter`: the drafter's kind (eagle3, gto, mtp, draft_model) or None for AR; `predictor`: the method's expert
-    sets (None, "learned", "oracle"); None facts are not checked."""
+    `drafter`: the drafter's kind (eagle3, gto, mtp, draft_model) or None for AR; None facts are not checked."""
     if family is not None and family != "qwen3_moe":
         return f"engine=compiled supports Qwen3-MoE targets only (got {family}); use engine=eager"
     if hidden_act is not None and hidden_act != "silu":
@@ -40,11 +37,6 @@ def compiled_problem(
     compiled = [k.name for k in kinds() if k.compiled]
     if drafter is not None and drafter not in compiled:
         return f"engine=compiled drafts with {', '.join(compiled)}, not {drafter}"
-    if batch_size != 1 and (drafter not in BATCH_DRAFTERS or predictor == "learned"):
-        return (
-            "engine=compiled decodes a batch (batch_size > 1) with AR or a draft model only, for now: the EAGLE-3 "
-            "head's and the expert predictor's compiled passes are one sequence's; use engine=eager"
-        )
     if parallel not in (None, "device_map"):
         return "engine=compiled runs on one process (no model.parallel=tp|ep)"
     if backend != "hf":

@@ -414,7 +414,6 @@ def _validate_engine(d: Mapping) -> None:
         batch_size=d.get("batch_size", 1),
         parallel=model.get("parallel"),
         backend=(d.get("backend") or {}).get("name", "hf"),
-        predictor=(d.get("method") or {}).get("predictor"),
     )
     if problem:
         raise _bad("engine", engine, problem)

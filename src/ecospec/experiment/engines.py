@@ -44,8 +44,6 @@ class CellEngine:
         if self.name == "eager":
             return "eager"
         from ecospec.engine.compiled import prepare, refusal
-        from ecospec.engine.static_eagle3 import prepare_drafter
-        from ecospec.engine.static_predictor import prepare_predictor
 
         reason = refusal(target, drafter, batch_size=rows)
         if reason:
@@ -61,22 +59,20 @@ class CellEngine:
             self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden, rows=rows)
             self.compile_s += prepared.compile_s
             self.parts.add("target")
-        if drafter is not None:
-            for part, obj, made in (
-                (
-                    "eagle3_head",
-                    drafter,
-                    prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=size, depths=depths),
-                ),
-                (
-                    "predictor",
-                    predictor,
-                    prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=size),
-                ),
-            ):
-                if made is not obj and id(made) not in self._counted:  # compiled here: its warm-up is counted once
-                    self._counted.add(id(made))
-                    self.compile_s += made.compile_s
+        if drafter is not None:  # what the prepared target compiles of them (a batch: neither, `prepare_parts`)
+            made = self.prepared[key].prepare_parts(
+                drafter,
+                predictor,
+                gamma=gamma,
+                depth=depth,
+                topk=topk,
+                predicted=predictor is not None,
+                depths=depths,
+            )
+            for part, obj, got in zip(("eagle3_head", "predictor"), (drafter, predictor), made, strict=True):
+                if got is not obj and id(got) not in self._counted:  # compiled here: its warm-up is counted once
+                    self._counted.add(id(got))
+                    self.compile_s += got.compile_s
                     self.parts.add(part)
         return self.prepared[key]
 
