@@ -180,25 +180,23 @@ def test_compiled_engine_decodes_as_the_eager_one():
 
 
 @pytest.mark.compiled
-@pytest.mark.parametrize("finished", ["mask", "leave"])
-def test_compiled_batch_decodes_each_sequence_as_the_eager_one(finished):
+def test_compiled_batch_decodes_each_sequence_as_the_eager_one():
     """`engine=compiled` at B > 1 (a target prepared for 4 rows, 3 prompts of other lengths, one sequence ending
     at an end-of-sequence token early): each sequence's tokens, accepted lengths and the batched passes' unique
     experts equal the eager engine's, for AR and SD with a draft model (blocks of other sizes per row, padded) and the
-    oracle (its look-up pass per row), whether a finished sequence stays as a masked row or the batch moves to a
-    smaller prepared size."""
+    oracle (its look-up pass per row); a finished sequence stays as a masked row."""
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":  # make test-other-isa on an AVX2 machine
         pytest.skip("with ATEN_CPU_CAPABILITY=default, inductor (torch 2.13) emits at::vec code its headers lack")
     import ecospec
     from ecospec.drafters.draft_model import DraftModelDrafter
-    from ecospec.engine.compiled import LeavingTarget, prepare
+    from ecospec.engine.compiled import prepare
     from ecospec.models.loading import perturbed_copy
 
     target = tiny_model("qwen3_moe-b", seed=0, dtype=torch.float64, num_hidden_layers=3)
     drafter = DraftModelDrafter(perturbed_copy(target, scale=0.1, seed=1))
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (16, 9, 13)]
-    prepared = prepare(target, gamma=4, max_len=64, rows=4, finished=finished)
+    prepared = prepare(target, gamma=4, max_len=64, rows=4)
     eos = ecospec.generate(target, prompts[1][None], max_new_tokens=20, eos_token_id=[]).tokens[4]
     runs = [dict()] + [
         dict(drafter=drafter, selector=s, predictor=None if s == "confidence" else "oracle", gamma=4)
@@ -213,15 +211,6 @@ def test_compiled_batch_decodes_each_sequence_as_the_eager_one(finished):
         assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps], kw
         assert len({len(r.tokens) for r in compiled.results}) > 1  # sequences finished at different steps
     assert any(s.accepted > 1 for r in compiled.results for s in r.steps)
-    if isinstance(prepared, LeavingTarget):
-        assert [t.rows for t in prepared.sizes] == [4, 2, 1] and prepared.current.rows < 4
-
-
-def test_compiled_batch_refuses_an_unknown_finishing_rule():
-    from ecospec.engine.compiled import prepare
-
-    with pytest.raises(ValueError, match="finished='drop'"):
-        prepare(tiny_model("qwen3_moe-a"), gamma=2, max_len=32, rows=2, finished="drop")
 
 
 def test_compiled_engine_refusals():

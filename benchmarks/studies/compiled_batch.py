@@ -6,12 +6,12 @@ default, AR decoding (one torch thread).
 Each batch mixes the held-out prompts of the four offline benchmarks. The tiny model rarely ends a sequence within
 `--tokens`, so each sequence stops at a stop token chosen from a first eager decode (`stop_token`: of the tokens it
 makes often, the one whose first appearance is most spread across the batch), and sequences finish at different
-steps, as a real batch's do. The same batch is decoded three ways, interleaved
-round by round in one process: the eager engine, and the compiled one with finished sequences masked at the fixed
-shape (`finished="mask"`: one graph per block size) or leaving the batch (`finished="leave"`: the live sequences move
-to the next smaller prepared batch size, a power of two). Tokens must be equal across the three (checked); each
-way's time is the median over rounds of the batch's decode wall time, prefill included. Warm-ups (compiles) are
-reported apart and never timed.
+steps, as a real batch's do. The same batch is decoded three ways, interleaved round by round in one process: the
+eager engine, and the compiled one with finished sequences masked at the fixed shape (the engine's rule,
+`CompiledTarget`: one graph per block size) or leaving the batch (`LeavingTarget`, here: the live sequences move to
+the next smaller prepared batch size, a power of two). Tokens must be equal across the three (checked); each way's
+time is the median over rounds of the batch's decode wall time, prefill included. Warm-ups (compiles) are reported
+apart and never timed.
 """
 
 from __future__ import annotations
@@ -26,13 +26,80 @@ import torch
 from provenance import run_commit
 
 import ecospec
-from ecospec.engine.compiled import FINISHED, prepare
+from ecospec.engine.compiled import CompiledTarget, prepare
 from ecospec.engine.scope import slots
 from ecospec.experiment.records import hardware
 from ecospec.tiny import load_tiny
 from ecospec.tiny.evaluate import heldout_ids
 
 BENCHMARKS = ("gsm8k", "humaneval", "math500", "mtbench")
+FINISHED = ("mask", "leave")
+
+
+class LeavingTarget(CompiledTarget):
+    """The other rule: sequences that finish leave the batch. A `CompiledTarget` for the batch size, then every
+    power of two below it, all prepared at once; when the sequences still decoding fit the next smaller one, their
+    cache rows move there and the steps run its graphs. The loop's calls go to the one in use (a `CompiledTarget`
+    to the loop, none of whose own state it uses)."""
+
+    def __init__(self, sizes: list[CompiledTarget]):  # no super().__init__: it holds no rows itself
+        self.sizes = sorted(sizes, key=lambda t: -t.rows)  # the largest first: a decode only moves down
+        self.current = self.sizes[0]
+        first = self.sizes[0]
+        self.target, self.gamma, self.max_len, self.rows = first.target, first.gamma, first.max_len, first.rows
+        self.hidden_layers = first.hidden_layers
+        self.compile_s = sum(t.compile_s for t in self.sizes)
+        self.static = first.static
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for t in self.sizes:
+            t.routes = []
+
+    def prepare_parts(self, drafter, predictor, **shapes):
+        return self.current.prepare_parts(drafter, predictor, **shapes)
+
+    def prefill(self, prompts: list[torch.Tensor]):
+        self.current = min((t for t in self.sizes if t.rows >= len(prompts)), key=lambda t: t.rows)
+        return self.current.prefill(prompts)
+
+    def verify(self, blocks):
+        return self.current.verify(blocks)
+
+    def compact(self, paths: list[list[int]]) -> None:
+        self.current.compact(paths)
+
+    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
+        return self.current.lookup(roots, trees)
+
+    def drop(self, keep: list[int]) -> None:
+        src = self.current
+        src.drop(keep)
+        smaller = [t for t in self.sizes if len(src.live) <= t.rows < src.rows]
+        if not smaller:
+            return
+        dst = min(smaller, key=lambda t: t.rows)
+        rows = torch.tensor(src.live, device=src.static.slot_ids.device)
+        n = len(src.live)
+        caches = zip(dst.static.k_cache + dst.static.v_cache, src.static.k_cache + src.static.v_cache, strict=True)
+        for to, frm in caches:
+            to[:n] = frm.index_select(0, rows)
+        lengths = [src.lengths[r] for r in src.live]
+        dst.lengths = lengths + [lengths[0]] * (dst.rows - n)  # rows no sequence uses: dummies
+        dst.live, dst.routes = list(range(n)), []
+        self.current = dst
+
+    def take_routes(self) -> torch.Tensor:
+        """Every counted pass's routes in pass order: the larger batch sizes' passes came first."""
+        return torch.cat([t.take_routes() for t in self.sizes], dim=1)
+
+
+def leaving(target, *, gamma: int, max_len: int, rows: int) -> LeavingTarget:
+    """The graphs of blocks up to `gamma` for `rows` sequences and every power of two below, as one `LeavingTarget`."""
+    sizes = sorted({rows, *(2**i for i in range(rows.bit_length()) if 2**i < rows)})
+    return LeavingTarget([prepare(target, gamma=gamma, max_len=max_len, rows=r) for r in sizes])
 
 
 def batch_prompts(tokenizer, size: int) -> list[torch.Tensor]:
@@ -63,7 +130,8 @@ def run(batches: list[int], tokens: int, rounds: int) -> dict:
             engines, warm = {"eager": "eager"}, {}
             for way in FINISHED:
                 t0 = time.perf_counter()
-                engines[way] = prepare(target, gamma=1, max_len=slots(longest), rows=size, finished=way)
+                make = prepare if way == "mask" else leaving
+                engines[way] = make(target, gamma=1, max_len=slots(longest), rows=size)
                 warm[way] = round(time.perf_counter() - t0, 1)
             free = ecospec.generate_batch(target, prompts, max_new_tokens=tokens, eos_token_id=[])
             stop = stop_token([r.tokens for r in free.results], tokens)

@@ -63,9 +63,6 @@ def toolchain_missing() -> str | None:
     return None
 
 
-FINISHED = ("mask", "leave")  # a batch's finished sequence: a dummy row at the fixed shape, or it leaves the batch
-
-
 @dataclass
 class CompiledTarget:
     """A target prepared for compiled decoding (see the module docstring) of up to `rows` sequences at a time.
@@ -74,8 +71,8 @@ class CompiledTarget:
     Each step runs every prepared row at one block size, the batch's longest block: a shorter block is padded with
     copies of its root (the root's position, seeing only itself: the root's own hidden states, so no expert that the
     root does not route to), and a sequence that has finished stays in its row as a one-token dummy (masked at the
-    fixed shape; its slot is overwritten and never read). `live`: the row of each sequence the loop decodes, in its
-    order."""
+    fixed shape; its slot is overwritten and never read; why not leaving the batch: docs/engine.md, "A batch").
+    `live`: the row of each sequence the loop decodes, in its order."""
 
     target: object
     static: StaticQwen3
@@ -251,66 +248,6 @@ class CompiledTarget:
         self.compact([path])
 
 
-class LeavingTarget:
-    """Sequences that finish leave the batch (`prepare(..., finished="leave")`): a `CompiledTarget` for each batch
-    size rows, then every power of two below it, all prepared at once; when the sequences still decoding fit the
-    next smaller one, their cache rows move there and the steps run its graphs. The loop's calls go to the one in
-    use."""
-
-    def __init__(self, sizes: list[CompiledTarget]):
-        self.sizes = sorted(sizes, key=lambda t: -t.rows)  # the largest first: a decode only moves down
-        self.current = self.sizes[0]
-        first = self.sizes[0]
-        self.target, self.gamma, self.max_len, self.rows = first.target, first.gamma, first.max_len, first.rows
-        self.hidden_layers = first.hidden_layers
-        self.compile_s = sum(t.compile_s for t in self.sizes)
-        self.static = first.static
-
-    def __enter__(self) -> LeavingTarget:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for t in self.sizes:
-            t.routes = []
-
-    def prepare_parts(self, drafter, predictor, **shapes):
-        return self.current.prepare_parts(drafter, predictor, **shapes)
-
-    def prefill(self, prompts: list[torch.Tensor]):
-        self.current = min((t for t in self.sizes if t.rows >= len(prompts)), key=lambda t: t.rows)
-        return self.current.prefill(prompts)
-
-    def verify(self, blocks):
-        return self.current.verify(blocks)
-
-    def compact(self, paths: list[list[int]]) -> None:
-        self.current.compact(paths)
-
-    def lookup(self, roots: list[int], trees) -> list[torch.Tensor]:
-        return self.current.lookup(roots, trees)
-
-    def drop(self, keep: list[int]) -> None:
-        src = self.current
-        src.drop(keep)
-        smaller = [t for t in self.sizes if len(src.live) <= t.rows < src.rows]
-        if not smaller:
-            return
-        dst = min(smaller, key=lambda t: t.rows)
-        rows = torch.tensor(src.live, device=src.static.slot_ids.device)
-        n = len(src.live)
-        caches = zip(dst.static.k_cache + dst.static.v_cache, src.static.k_cache + src.static.v_cache, strict=True)
-        for to, frm in caches:
-            to[:n] = frm.index_select(0, rows)
-        lengths = [src.lengths[r] for r in src.live]
-        dst.lengths = lengths + [lengths[0]] * (dst.rows - n)  # rows no sequence uses: dummies
-        dst.live, dst.routes = list(range(n)), []
-        self.current = dst
-
-    def take_routes(self) -> torch.Tensor:
-        """Every counted pass's routes in pass order: the larger batch sizes' passes came first."""
-        return torch.cat([t.take_routes() for t in self.sizes], dim=1)
-
-
 def mark_block_size(buffers, gamma: int) -> None:
     """Make a block's size a symbol over 2 .. γ in the verify graph that `buffers` (its tokens [R, q], positions
     [R, q] and tree [R, q, q]) are first passed to; the rows stay fixed. With γ = 2 the one size stays a constant (a
@@ -329,26 +266,14 @@ def prepare(
     hidden_layers: tuple[int, ...] = (),
     forced_routing: bool = False,
     rows: int = 1,
-    finished: str = "mask",
-) -> CompiledTarget | LeavingTarget:
+) -> CompiledTarget:
     """Compile `target`'s steps for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and the
     compaction of an accepted path), and warm them up (timed: `compile_s`): the AR graph (q = 1) and, for γ > 1, one
     verify graph for every block size 2 .. γ, each size called once (the first call compiles it, from disk when
     inductor's cache has it; the others must find it). The same arguments give the same prepared object within a
     process. `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark);
-    `rows`: the sequences a step runs (every graph is one batch size's); `finished`: what becomes of a sequence
-    that ends before the others (`FINISHED`: a dummy row at the fixed shape, or the batch moves to a smaller size's
-    graphs, `LeavingTarget`)."""
-    if finished not in FINISHED:
-        raise ValueError(f"finished={finished!r}; choose one of {', '.join(FINISHED)}")
-    if finished == "leave" and rows > 1:
-        key = ("leaving", gamma, max_len, tuple(hidden_layers), forced_routing, rows)
-        if key not in prepared_on(target):
-            sizes = sorted({rows, *(2**i for i in range(rows.bit_length()) if 2**i < rows)})
-            prepared_on(target)[key] = LeavingTarget(
-                [prepare(target, gamma=gamma, max_len=max_len, hidden_layers=hidden_layers, rows=r) for r in sizes]
-            )
-        return prepared_on(target)[key]
+    `rows`: the sequences a step runs (every graph is one batch size's; a sequence that finishes early stays as a
+    masked row, `CompiledTarget`)."""
     key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows)
     if key in prepared_on(target):
         return prepared_on(target)[key]

@@ -194,12 +194,12 @@ def open_target(engine, target, drafter, expert_budget, budget_policy, block: in
     """The target interface of one decode: `engine` "eager", "compiled" (prepared here) or a prepared
     `CompiledTarget` (one prepared for a drafter serves an AR decode too: its features go unread); refusals name
     what is missing."""
-    from ecospec.engine.compiled import CompiledTarget, LeavingTarget, prepare, refusal
+    from ecospec.engine.compiled import CompiledTarget, prepare, refusal
 
     hidden = tuple(drafter.hidden_layers) if drafter is not None else ()
     if engine == "eager":
         return EagerTarget(target, hidden, expert_budget, budget_policy, budgeted=drafter is not None)
-    if not isinstance(engine, CompiledTarget | LeavingTarget) and engine != "compiled":
+    if not isinstance(engine, CompiledTarget) and engine != "compiled":
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)} or a CompiledTarget")
     reason = refusal(target, drafter, expert_budget, batch_size=rows)
     if reason:
