@@ -58,7 +58,7 @@ def test_batched_passes_are_measured_as_cells_run_them():
     from ecospec.tiny.build import paths
 
     target, tokenizer, drafter, _ = load_build(paths("full"))
-    by_batch, heads = _batched(target, tokenizer, drafter, tokens=6, gammas=(3,), batches=(2,))
+    by_batch, heads = _batched(target, tokenizer, drafter, tokens=6, gammas=(3,), engine="eager", batches=(2,))
     assert set(by_batch) == {"2"} and set(by_batch["2"]) == {"1", "3"} and heads["2"] > 0
     top_k, experts = target.config.num_experts_per_tok, target.config.num_experts
     for q, (seconds, e) in by_batch["2"].items():

@@ -46,7 +46,7 @@ from ecospec.bench.passes import timed
 from ecospec.cache import digest
 
 GAMMAS = (2, 3, 4, 5, 6)
-BATCHES = (2, 4, 8, 16, 32)  # the batch sizes whose verify passes and head passes a profile measures (eager)
+BATCHES = (2, 4, 8, 16, 32)  # the batch sizes whose verify passes and head passes a profile measures
 LARGE = 512 << 20  # a read buffer well beyond any last-level cache (512 MiB)
 
 
@@ -183,19 +183,21 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
         f"embedded default: {len(ids)} held-out prompts x {tokens} tokens, AR and chains of gamma "
         f"{', '.join(map(str, gammas))}, second of two rounds"
     )
-    if engine == "eager":  # the compiled engine decodes one sequence at a time
-        out["by_batch"], out["draft_by_batch"] = _batched(target, tokenizer, drafter, tokens, gammas)
-        out["source"] += f"; batches of {', '.join(map(str, BATCHES))} held-out prompts alike"
+    out["by_batch"], out["draft_by_batch"] = _batched(target, tokenizer, drafter, tokens, gammas, engine)
+    out["source"] += f"; batches of {', '.join(map(str, BATCHES))} held-out prompts alike"
     return out
 
 
-def _batched(target, tokenizer, drafter, tokens: int, gammas, batches=BATCHES) -> tuple[dict, dict]:
-    """From real batched decodes (`generate_batch`, eager) of B held-out prompts for each B in `batches`: the mean
+def _batched(target, tokenizer, drafter, tokens: int, gammas, engine: str, batches=BATCHES) -> tuple[dict, dict]:
+    """From real batched decodes (`generate_batch` on `engine`, prepared for B rows as a cell prepares it: the
+    compiled target's graphs for the largest γ serve AR and every chain) of B held-out prompts for each B in
+    `batches`: the mean
     verify phase and unique experts per layer of the passes where all B sequences verify t tokens (AR: t = 1; the
     chain of each γ: t = γ), {str(B): {str(t): [seconds, E]}}, and one tree head pass over B sequences,
     {str(B): seconds}. Each batch takes the benchmarks' prompts in turn (the cells' mix); at each batch size a
     first, untimed AR decode warms the shapes."""
     import ecospec
+    from ecospec.experiment.engines import CellEngine
     from ecospec.tiny.evaluate import heldout_ids
 
     per = -(-max(batches) // 2)
@@ -204,11 +206,14 @@ def _batched(target, tokenizer, drafter, tokens: int, gammas, batches=BATCHES) -
     ar = ("ar", None, "confidence", max(gammas))
     runs = [ar, *(("chain", drafter, "chain", g) for g in gammas), ("tree", drafter, "confidence", max(gammas))]
     by_batch, draft = {}, {}
+    cell = CellEngine(engine)
+    longest = max(p.shape[0] for p in ids)
     for b in batches:
         steps, heads = [], [0, 0.0]
+        eng = cell.for_decode(target, drafter, max(gammas), longest, tokens, rows=b)
         for i, (shape, dr, selector, gamma) in enumerate([ar, *runs]):
             res = ecospec.generate_batch(
-                target, ids[:b], drafter=dr, selector=selector, gamma=gamma, max_new_tokens=tokens
+                target, ids[:b], drafter=dr, selector=selector, gamma=gamma, max_new_tokens=tokens, engine=eng
             )
             if i == 0:
                 continue
