@@ -159,26 +159,28 @@ class CompiledTarget:
         q = max(len(b.tokens) for b in blocks)
         if q > self.gamma:
             raise ValueError(f"a block of {q} tokens exceeds the prepared gamma {self.gamma}")
-        tokens, pos, tree = self._dummies(q)
-        for r, blk in zip(self.live, blocks, strict=True):
-            m = len(blk.tokens)
-            self._check_room(self.lengths[r] + q)
-            tokens[r] = torch.tensor(blk.tokens + [blk.tokens[0]] * (q - m))
-            pos[r] = torch.tensor([self.lengths[r] + d for d in blk.depths] + [self.lengths[r]] * (q - m))
-            if q > 1:
-                tree[r, :m, :m] = ancestor_mask([p - 1 for p in blk.parents[1:]])
-        logits, feats = self._step(q, tokens, pos, tree)
+        rows = [(b.tokens, b.depths, [p - 1 for p in b.parents[1:]]) for b in blocks]
+        logits, feats = self._step(q, *self._inputs(q, rows))
         routes = self.static.routes[:, : self.rows * q].view(self.static.routes.shape[0], self.rows, q, -1)
         sizes = [len(b.tokens) for b in blocks]
         self.routes.append(torch.cat([routes[:, r, :m] for r, m in zip(self.live, sizes, strict=True)], dim=1))
-        rows = list(zip(self.live, sizes, strict=True))
-        return [logits[r, :m] for r, m in rows], None if feats is None else [feats[r, :m] for r, m in rows]
+        live = list(zip(self.live, sizes, strict=True))
+        return [logits[r, :m] for r, m in live], None if feats is None else [feats[r, :m] for r, m in live]
 
-    def _dummies(self, q: int):
-        """A step's host inputs, every row a dummy: its last committed slot's token 0, seeing only itself."""
+    def _inputs(self, q: int, rows: list[tuple[list[int], list[int], list[int]]]):
+        """A pass's host inputs (tokens, positions [R, q], tree [R, q, q]) from each live row's (tokens, draft depths,
+        node-list parents: root -1), padded to q with copies of its root that see only themselves; a row no sequence
+        uses is a dummy (token 0 at its last committed slot, seeing only itself)."""
         tokens = torch.zeros(self.rows, q, dtype=torch.long)
         pos = torch.tensor(self.lengths)[:, None].expand(self.rows, q).clone()
         tree = torch.eye(q, dtype=torch.bool).repeat(self.rows, 1, 1)
+        for r, (toks, depths, parents) in zip(self.live, rows, strict=True):
+            m, n = len(toks), self.lengths[r]
+            self._check_room(n + q)
+            tokens[r] = torch.tensor(toks + [toks[0]] * (q - m))
+            pos[r, :m] = torch.tensor(depths) + n
+            if m > 1:
+                tree[r, :m, :m] = ancestor_mask(parents)
         return tokens, pos, tree
 
     def _step(self, q: int, tokens, pos, tree):
@@ -211,13 +213,8 @@ class CompiledTarget:
         """The oracle's pass over each live row's root + whole tree (uncompiled, analysis only): its routes
         [L_moe, 1 + n_b, k]. It writes scratch slots after the committed tokens, which the next step overwrites."""
         n = max(len(t) for t in trees) + 1
-        tokens, pos, tree = self._dummies(n)
-        for r, root, t in zip(self.live, roots, trees, strict=True):
-            m = len(t) + 1
-            self._check_room(self.lengths[r] + n)
-            tokens[r] = torch.tensor([root, *t.tokens] + [root] * (n - m))
-            pos[r] = torch.tensor([self.lengths[r] + d for d in (0, *t.depths)] + [self.lengths[r]] * (n - m))
-            tree[r, :m, :m] = ancestor_mask(t.parents)
+        rows = [([root, *t.tokens], [0, *t.depths], t.parents) for root, t in zip(roots, trees, strict=True)]
+        tokens, pos, tree = self._inputs(n, rows)
         dev = self._start.device
         self.static(tokens.to(dev), pos.to(dev), torch.tensor(self.lengths, device=dev), tree.to(dev))
         routes = self.static.routes[:, : self.rows * n].view(self.static.routes.shape[0], self.rows, n, -1)
