@@ -138,10 +138,10 @@ def test_adaptive_stops_drafting_while_speculation_does_not_pay(pair):
 @pytest.mark.compiled
 @pytest.mark.parametrize("selector", ADAPTIVE)
 def test_adaptive_methods_decode_compiled_as_eager(selector):
-    from test_methods import _head_drafter
+    from conftest import eagle3_drafter
 
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
-    drafter = _head_drafter(target)
+    drafter = eagle3_drafter(target)
     ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
     kw = dict(drafter=drafter, selector=selector, gamma=5, max_new_tokens=24, eos_token_id=[], profile=CHEAP)
     if method(selector).predictor:

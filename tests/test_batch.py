@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from conftest import FAMILY_PRESETS, prompt
+from conftest import FAMILY_PRESETS, batch_predictor, eagle3_drafter, prompt
 
 import ecospec
 from ecospec.drafters.draft_model import DraftModelDrafter
@@ -130,26 +130,6 @@ def test_bad_rows(models64):
 BATCH_LENGTHS = (6, 21, 13)
 
 
-def batch_predictor(target):
-    from transformers import Qwen3Config
-
-    from ecospec.predictor import ExpertPredictor
-
-    torch.manual_seed(0)
-    backbone = Qwen3Config(
-        vocab_size=8,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
-        attn_implementation="sdpa",
-    )
-    return ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
-
-
 # every family's -a preset in the default suite, the -b ones behind `slow` (make test-slow, CI): test_engine's lossless
 # greedy runs every preset at one sequence
 BATCH_PRESETS = [p if p.endswith("-a") else pytest.param(p, marks=pytest.mark.slow) for p in FAMILY_PRESETS]
@@ -223,27 +203,6 @@ def test_generate_batch_errors(models64):
         ecospec.generate_batch(target, [[5, 6]], batch_buffer="global")
     with pytest.raises(ValueError, match="gamma must be >= 2"):
         ecospec.generate_batch(target, [[5, 6]], gamma=1)
-
-
-def eagle3_drafter(target):
-    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
-
-    cfg = target.config
-    head = Eagle3Head(
-        Eagle3Config(
-            hidden_size=cfg.hidden_size,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            vocab_size=cfg.vocab_size,
-            draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size,
-            aux_hidden_layers=(0, 1, 2),
-        )
-    )
-    init_random_weights(head, std=0.3, seed=0)
-    return Eagle3Drafter(head.double(), target.get_input_embeddings())
 
 
 @pytest.mark.parametrize("preset, kind", [("qwen3_moe-a", "eagle3"), ("gpt_oss-b", "eagle3"), ("deepseek_v3-a", "mtp")])

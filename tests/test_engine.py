@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import FAMILY_PRESETS, prompt
+from conftest import FAMILY_PRESETS, eagle3_drafter, prompt
 
 import ecospec
 from ecospec.drafters.draft_model import DraftModelDrafter
@@ -162,25 +162,12 @@ def test_unsupported_target():
 def test_eagle3_drafter_in_the_loop(models64):
     """Greedy SD with an EAGLE-3 head is lossless, and at every step the head saw exactly the target
     features a fresh head gets from one forward over the whole committed sequence."""
-    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
+    from ecospec.drafters.eagle3 import Eagle3Drafter
 
     target, _ = models64("qwen3_moe-a")
     cfg = target.config
-    head_cfg = Eagle3Config(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=cfg.vocab_size,
-        draft_vocab_size=cfg.vocab_size,
-        target_hidden_size=cfg.hidden_size,
-        aux_hidden_layers=(0, 1, 2),
-    )
-    head = Eagle3Head(head_cfg)
-    init_random_weights(head, std=0.3, seed=0)
-    head = head.double()
-    drafter = Eagle3Drafter(head, target.get_input_embeddings())
+    drafter = eagle3_drafter(target)
+    head, head_cfg = drafter.head, drafter.head.config
     roots = []
     real_begin = drafter.begin_rows
 

@@ -5,10 +5,10 @@ chooses. Whatever a method decides, greedy decoding stays token-exact against AR
 
 import pytest
 import torch
+from conftest import eagle3_drafter
 
 import ecospec
 from ecospec.drafters.draft_model import DraftModelDrafter
-from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
 from ecospec.methods import MethodSpec, Session, method, methods, names
 from ecospec.models import perturbed_copy, tiny_model
 
@@ -83,21 +83,7 @@ def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch,
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
     if head:
-        h = Eagle3Head(
-            Eagle3Config(
-                hidden_size=cfg.hidden_size,
-                intermediate_size=64,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=8,
-                vocab_size=cfg.vocab_size,
-                draft_vocab_size=cfg.vocab_size,
-                target_hidden_size=cfg.hidden_size,
-                aux_hidden_layers=(0, 1, 2),
-            )
-        )
-        init_random_weights(h, std=0.3, seed=0)
-        drafter = Eagle3Drafter(h.double(), target.get_input_embeddings())
+        drafter = eagle3_drafter(target)
     else:
         drafter = DraftModelDrafter(perturbed_copy(target, 0.05, seed=1))
     ids = torch.randint(3, cfg.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
@@ -108,25 +94,6 @@ def test_a_session_that_skips_drafting_and_verifying_stays_lossless(monkeypatch,
     assert res.tokens == ar.tokens
     assert sum(st.verified == 1 for st in res.steps) >= 3  # the AR steps the session asked for
     assert any(st.verified > 1 for st in res.steps)
-
-
-def _head_drafter(target):
-    cfg = target.config
-    h = Eagle3Head(
-        Eagle3Config(
-            hidden_size=cfg.hidden_size,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            vocab_size=cfg.vocab_size,
-            draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size,
-            aux_hidden_layers=(0, 1, 2),
-        )
-    )
-    init_random_weights(h, std=0.3, seed=0)
-    return Eagle3Drafter(h.to(target.dtype), target.get_input_embeddings())
 
 
 def test_the_chain_drafts_gamma_minus_one_single_rows_and_verifies_them_all():
@@ -140,7 +107,7 @@ def test_the_chain_drafts_gamma_minus_one_single_rows_and_verifies_them_all():
     res = ecospec.generate(
         target,
         ids,
-        drafter=_head_drafter(target),
+        drafter=eagle3_drafter(target),
         selector="chain",
         gamma=5,
         max_new_tokens=24,
@@ -158,7 +125,7 @@ def test_the_chain_drafts_gamma_minus_one_single_rows_and_verifies_them_all():
 @pytest.mark.compiled
 def test_the_chain_decodes_compiled_as_eager():
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
-    drafter = _head_drafter(target)
+    drafter = eagle3_drafter(target)
     ids = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(5))
     kw = dict(drafter=drafter, selector="chain", gamma=5, max_new_tokens=24, eos_token_id=[])
     eager = ecospec.generate(target, ids, **kw)

@@ -4,6 +4,7 @@ the same again (the AR step and a verify step)."""
 
 import pytest
 import torch
+from conftest import batch_predictor, eagle3_drafter
 
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
 from ecospec.engine.routing import RoutingCapture
@@ -253,25 +254,10 @@ def test_compiled_engine_with_an_eagle3_head():
     """An EAGLE-3 head reads the target's hidden states from the compiled verify step: the eager engine's tokens,
     α and E, greedy and (same seed) sampled."""
     import ecospec
-    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
 
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
-    head = Eagle3Head(
-        Eagle3Config(
-            hidden_size=cfg.hidden_size,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            vocab_size=cfg.vocab_size,
-            draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size,
-            aux_hidden_layers=(0, 1, 2),
-        )
-    )
-    init_random_weights(head, std=0.3, seed=0)
-    drafter = Eagle3Drafter(head.double(), target.get_input_embeddings())
+    drafter = eagle3_drafter(target)
     ids = torch.randint(3, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(11))
     for temperature in (0.0, 1.0):
         kw = dict(drafter=drafter, gamma=4, max_new_tokens=16, eos_token_id=[], temperature=temperature, seed=3)
@@ -286,29 +272,13 @@ def test_compiled_batch_with_an_eagle3_head_and_a_predictor():
     """At B > 1 the compiled target feeds each row's hidden states to the EAGLE-3 head and a learned predictor (both
     eager: their graphs are one sequence's): each sequence's tokens, α and the passes' E equal the eager engine's,
     greedy and (same seeds) sampled."""
-    from test_batch import batch_predictor  # a learned predictor of random weights
 
     import ecospec
-    from ecospec.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, init_random_weights
     from ecospec.engine.compiled import prepare
 
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
-    head = Eagle3Head(
-        Eagle3Config(
-            hidden_size=cfg.hidden_size,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            vocab_size=cfg.vocab_size,
-            draft_vocab_size=cfg.vocab_size,
-            target_hidden_size=cfg.hidden_size,
-            aux_hidden_layers=(0, 1, 2),
-        )
-    )
-    init_random_weights(head, std=0.3, seed=0)
-    drafter = Eagle3Drafter(head.double(), target.get_input_embeddings())
+    drafter = eagle3_drafter(target)
     predictor = batch_predictor(target)
     gen = torch.Generator().manual_seed(11)
     prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=gen) for n in (16, 7, 11)]
