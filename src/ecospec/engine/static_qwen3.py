@@ -227,6 +227,12 @@ class StaticQwen3(nn.Module):
         else:
             cache.index_put_((self.row_ids, self.head_ids, slots[:, None, :]), values)
 
+    def _read(self, cache, slots) -> torch.Tensor:
+        """`cache` at each sequence's slots [B, q] -> [B, Hkv, q, D], the way `_write` writes them."""
+        if self.rows == 1:
+            return cache.index_select(2, slots[0])
+        return cache[self.row_ids, self.head_ids, slots[:, None, :]]
+
     def _mlp(self, w: dict, moe_index: int | None, x, routes: list):
         if moe_index is None:
             return F.linear(F.silu(F.linear(x, w["gate_proj"])) * F.linear(x, w["up_proj"]), w["down_proj"])
@@ -250,18 +256,7 @@ class StaticQwen3(nn.Module):
         in place")."""
         dst = start[:, None] + self.slot_ids[: src.shape[1]]
         for cache in (*self.k_cache, *self.v_cache):
-            if self.rows == 1:
-                cache.index_copy_(2, dst[0], cache.index_select(2, start[0] + src[0]))
-            else:
-                moved = cache[self.row_ids, self.head_ids, (start[:, None] + src)[:, None, :]]
-                cache.index_put_((self.row_ids, self.head_ids, dst[:, None, :]), moved)
-
-    def keep(self, rows: torch.Tensor) -> None:
-        """Sequences `rows` [n] (physical rows, in their new order) move to rows 0 .. n - 1 of every cache (the
-        others' contents are left behind, unread). Uncompiled: once per sequence that leaves."""
-        n = rows.shape[0]
-        for cache in (*self.k_cache, *self.v_cache):
-            cache[:n] = cache.index_select(0, rows)
+            self._write(cache, dst, self._read(cache, start[:, None] + src))
 
     def forward(self, tokens, pos, start, tree):
         if tokens.dim() == 1:  # one sequence without the batch axis
