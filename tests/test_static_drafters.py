@@ -62,12 +62,13 @@ def _trees_equal(a, b) -> None:
     assert a.probs == pytest.approx(b.probs, rel=1e-12)
 
 
+@pytest.mark.parametrize("native", [None, False])  # the CPU's native head; inductor's graphs (the head elsewhere)
 @pytest.mark.parametrize("variant", ["plain", "qk_norm-mapped-temperatures"])
-def test_compiled_eagle3_drafts_the_eager_trees(variant):
+def test_compiled_eagle3_drafts_the_eager_trees(variant, native):
     eager = _drafter(variant)
-    compiled = prepare_drafter(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128)
-    assert isinstance(compiled, CompiledEagle3)
-    assert prepare_drafter(compiled, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128) is compiled
+    compiled = prepare_drafter(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128, native=native)
+    assert isinstance(compiled, CompiledEagle3) and compiled.static.native is (native is None)
+    assert prepare_drafter(compiled, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128, native=native) is compiled
     feature = eager.head.config.feature_size
     sizes = set()
     for stop in (None, 0.2):  # adaptive drafting: some trees stop before the graph's last level
@@ -107,7 +108,8 @@ def test_compiled_eagle3_follows_a_tree_grown_otherwise():
             torch.testing.assert_close(x[0], y[0], rtol=1e-12, atol=1e-12)
 
 
-def test_compiled_predictor_predicts_the_eager_experts():
+@pytest.mark.parametrize("native", [None, False])  # the CPU's native pass; inductor's graph (elsewhere)
+def test_compiled_predictor_predicts_the_eager_experts(native):
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     torch.manual_seed(0)
     backbone = Qwen3Config(
@@ -123,8 +125,8 @@ def test_compiled_predictor_predicts_the_eager_experts():
         attn_implementation="sdpa",
     )
     eager = ExpertPredictor.from_target(target, backbone, dtype=torch.float64)
-    compiled = prepare_predictor(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128)
-    assert isinstance(compiled, CompiledPredictor)
+    compiled = prepare_predictor(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128, native=native)
+    assert isinstance(compiled, CompiledPredictor) and compiled.static.native is (native is None)
     assert prepare_predictor("oracle", gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128) == "oracle"
     drafter = _drafter("plain")
     assert target.config.vocab_size >= 64  # the head's tokens are the target's

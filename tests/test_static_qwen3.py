@@ -122,6 +122,68 @@ def test_block_attention_op_matches_attention_over_a_mask(dtype, head_dim):
         torch.ops.ecospec.block_attention(q, k_cache, v_cache, start + 1, torch.stack(trees), 1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "preset,overrides",
+    [("qwen3_moe-a", {}), ("qwen3_moe-b", {"attention_bias": True})],  # b: dense layers, biased projections
+)
+def test_native_step_matches_the_static_forward(preset, overrides, dtype):
+    """The native step (one C++ call, the CPU's compiled target) gives the tensor-code forward's logits, hidden
+    states, routes and cache rows for two sequences at their own starts under their own trees, an AR block and a
+    tree block; its compaction moves the same cache rows; with forced routing it reads the forced experts."""
+    target = tiny_model(preset, seed=5, num_hidden_layers=3, **overrides).to(dtype)
+    hidden = (0, 2, target.config.num_hidden_layers)
+    ref = StaticQwen3(target, MAX_LEN, hidden, rows=2, native=False)
+    nat = StaticQwen3(target, MAX_LEN, hidden, rows=2)
+    assert nat.native and not ref.native
+    gen = torch.Generator().manual_seed(2)
+    prompts = torch.randint(3, target.config.vocab_size, (2, 12), generator=gen)
+    tol = {"atol": 1e-5, "rtol": 1e-5}
+    tokens, depths, tree = _block(0)
+    starts = torch.tensor([12, 9])  # the second sequence's prompt is 9 tokens long: its block starts earlier
+    with torch.inference_mode():
+        for static in (ref, nat):
+            static(
+                prompts,
+                torch.arange(12).expand(2, 12),
+                torch.zeros(2, dtype=torch.long),
+                torch.ones(12, 12, dtype=torch.bool).tril().expand(2, 12, 12),
+            )
+        blocks = [
+            (prompts[:, 11:12], starts[:, None], torch.ones(2, 1, 1, dtype=torch.bool)),
+            (torch.stack([tokens, tokens.flip(0)]), starts[:, None] + depths, torch.stack([tree, tree])),
+        ]
+        for toks, pos, tr in blocks:
+            want, want_feats = ref(toks, pos, starts, tr)
+            got, got_feats = nat.native_step(toks, pos, starts, tr)
+            torch.testing.assert_close(got, want, **tol)
+            torch.testing.assert_close(got_feats, want_feats, **tol)
+            q = toks.shape[1]
+            assert torch.equal(nat.routes[:, : 2 * q], ref.routes[:, : 2 * q])
+            for a, b in zip(nat.k_cache + nat.v_cache, ref.k_cache + ref.v_cache, strict=True):
+                torch.testing.assert_close(a, b, **tol)
+        src = torch.tensor([[0, 2, 4, 3, 1], [0, 1, 3, 2, 4]])
+        ref.compact(src, starts)
+        nat.native_compact(src, starts)
+        for a, b in zip(nat.k_cache + nat.v_cache, ref.k_cache + ref.v_cache, strict=True):
+            torch.testing.assert_close(a, b, **tol)
+    forced = StaticQwen3(target, MAX_LEN, rows=1, forced_routing=True)
+    unforced = StaticQwen3(target, MAX_LEN, rows=1, forced_routing=True, native=False)
+    ids = torch.randint(0, target.config.num_experts, forced.forced_ids.shape, generator=gen)
+    for static in (forced, unforced):
+        static.forced_ids.copy_(ids)
+    with torch.inference_mode():
+        args = (
+            prompts[:1],
+            torch.arange(12)[None],
+            torch.zeros(1, dtype=torch.long),
+            torch.ones(1, 12, 12, dtype=torch.bool).tril(),
+        )
+        torch.testing.assert_close(forced.native_step(*args)[0], unforced(*args)[0], **tol)
+        assert torch.equal(forced.routes, unforced.routes)
+        assert torch.equal(forced.routes[:, :12], ids[:, :12])
+
+
 def test_static_forward_refuses_other_families():
     with pytest.raises(ValueError, match="Qwen3-MoE targets only"):
         StaticQwen3(tiny_model("mixtral-a"), MAX_LEN)
@@ -323,7 +385,7 @@ def test_every_block_size_runs_one_verify_graph_that_costs_its_tokens():
 
     torch.set_num_threads(1)
     target = load_build(paths("full"))[0]
-    prep = prepare(target, gamma=6, max_len=512)
+    prep = prepare(target, gamma=6, max_len=512, native=False)  # inductor's graphs: the engine's on a GPU
     assert prep.sizes == (1, 2, 3, 4, 5, 6)
     assert len({id(prep.steps[q]) for q in range(2, 7)}) == 1 and prep.steps[1] is not prep.steps[2]
     ids = torch.arange(3, 40)

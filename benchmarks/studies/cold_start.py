@@ -1,5 +1,5 @@
-"""What a compiled cell's first run costs on a fresh machine, and where: the CPU kernels' build, the target's two
-graphs (the AR step; one verify graph for every block size 2 .. γ), the EAGLE-3 head's and the predictor's, each timed
+"""What a compiled cell's first run costs on a fresh machine, and where: the CPU kernels' build (the target's native
+step among them), the target's preparation, the EAGLE-3 head's graphs and the predictor's, each timed
 from nothing in a child process whose `$ECOSPEC_CACHE` is empty (the embedded default comes from the release, as in a
 fresh clone).
 
@@ -12,7 +12,9 @@ logits for every size and times each size's step in both, interleaved, each way 
 `static`, one graph per block size 2 .. γ with the size a constant (the engine's way before its verify graph took
 the size as a symbol); `o3-wrapper`, the engine's two graphs with the C++ wrapper built with the kernels at -O3
 (before it built the wrapper apart at -O1); `size-asserts`, the engine's two graphs checking every input's sizes
-and strides on each call (inductor's default). One torch thread; inductor compiles with its default worker count.
+and strides on each call (inductor's default); `inductor`, the target's two inductor graphs as the engine builds
+them where the native step does not run (a GPU) against the CPU's native step (their logits equal to rounding,
+not bit for bit: the largest difference is printed). One torch thread; inductor compiles with its default worker count.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-AGAINST = {  # the engine's two target graphs, built with these inductor options over its own
+AGAINST = {  # the target's two inductor graphs (the engine's form off the CPU), built with these options over its own
+    "inductor": {},
     "o3-wrapper": {"cpp_wrapper_build_separate": False},
     "size-asserts": {"size_asserts": True},
 }
@@ -85,13 +88,11 @@ def child(method: str, calls: int, against: str | None) -> dict:
     hidden = tuple(drafter.hidden_layers)
     out["target graphs"] = {}
     compiled.compile_method = first_call_timed
-    sd = timed(
-        f"target (the AR graph; one verify graph for q = 2 .. {gamma})",
-        lambda: prepare(target, gamma=gamma, max_len=size, hidden_layers=hidden),
-    )
+    sd = timed("target", lambda: prepare(target, gamma=gamma, max_len=size, hidden_layers=hidden))
     compiled.compile_method = compile_method
-    sd.steps = {q: step.step for q, step in sd.steps.items()}  # untimed from here
-    sd.compact_step = sd.compact_step.step
+    if not sd.static.native:  # inductor's graphs (a build without the native step): untimed from here
+        sd.steps = {q: step.step for q, step in sd.steps.items()}
+        sd.compact_step = sd.compact_step.step
     depths = session.draft_depths
     timed(
         f"EAGLE-3 head (depths {', '.join(map(str, depths))})",
@@ -133,6 +134,7 @@ def child(method: str, calls: int, against: str | None) -> dict:
                 use(way)
                 got.append(sd.verify_one(*blocks[q]))
             out["equal"][q] = all(torch.equal(a, b) for a, b in zip(*got, strict=True))
+            out.setdefault("max_diff", {})[q] = max((a - b).abs().max().item() for a, b in zip(*got, strict=True))
 
         def point(way, q):
             def run():
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             print("    " + ", ".join(f"{name} {s} s" for name, s in res["target graphs"].items()))
     if args.against:
         print(f"  against, {args.against}: built in {res['against_s']} s; equal logits {res['equal']}")
+        print(f"  largest difference of logits and features by block size: {res['max_diff']}")
     for way in ("engine", args.against):
         if f"{way}_step_ms" in res:
             steps = ", ".join(f"q = {q}: {ms} ms" for q, ms in res[f"{way}_step_ms"].items())

@@ -50,7 +50,8 @@ GAMMA, DEPTH, TOPK = 6, 3, 2
 TOKENS = 32  # new tokens a decode makes (--tokens)
 # (category, substrings of an op's name), first match wins; the pass's own self time is "host: Python"
 CATEGORY = (
-    ("inductor's fused C++ kernels", ("cpp_fused",)),  # first: their names list the ops fused (bmm, sort, ...)
+    ("native steps (one C++ call a pass)", ("_native_",)),  # the CPU's target, head and predictor
+    ("inductor's fused C++ kernels", ("cpp_fused",)),  # first of the graphs': their names list the ops fused
     ("attention (SDPA, ecospec::block_attention)", ("scaled_dot_product", "ecospec::block_attention")),
     ("routed experts (ecospec::moe_experts)", ("ecospec::moe_experts",)),
     ("linear layers (mm, addmm, bmm)", ("mm_out", "addmm", "bmm")),

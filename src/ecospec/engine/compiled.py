@@ -1,20 +1,23 @@
-"""The compiled engine's target: `StaticQwen3` compiled by inductor, two graphs, prepared once per cell.
+"""The compiled engine's target: `StaticQwen3` prepared once per cell, its step one native call on the CPU or
+inductor's graphs elsewhere.
 
     prepared = prepare(target, gamma=6, max_len=512, hidden_layers=drafter.hidden_layers)
     ecospec.generate(target, ids, drafter=..., engine=prepared)       # or engine="compiled": prepared per call
-    batch = prepare(target, gamma=4, max_len=512, rows=8)             # every graph runs 8 sequences
+    batch = prepare(target, gamma=4, max_len=512, rows=8)             # every step runs 8 sequences
     ecospec.generate_batch(target, prompts, drafter=draft_model, engine=batch)
 
 A `CompiledTarget` holds the KV cache (allocated once for the cell's longest sequence), the step buffers (tokens,
-positions, tree mask for each block size: allocated once, filled on the host) and the compiled steps: the AR step (q
-= 1, its shape fixed) and one verify graph whose block size is a symbol over 2 .. γ, so that a method verifying
-fewer than γ tokens (EVICT, Cascade, EcoSpec-Adaptive, a tree cut short) pays for its tokens, not for a γ block of
-padding, with one graph to compile instead of one per size. The prefill and the oracle's look-up pass run the same
-forward uncompiled. Accepted paths are compacted onto the prefix in place (one small compiled call for all layers).
-A batch runs every row at each step's longest block, shorter blocks padded and finished sequences masked at the
-fixed shape (`CompiledTarget`). Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a second process compiles
-from disk. Written with no host read inside a step, so a GPU can capture its shapes as CUDA graphs later (not done:
-no GPU has run it).
+positions, tree mask for each block size: allocated once, filled on the host) and the steps. On the CPU (float32,
+float64) every block size runs the native step (`StaticQwen3.native_step`): nothing to compile, no graph around the
+arithmetic. Elsewhere, or with `native=False`, inductor
+compiles two graphs: the AR step (q = 1, its shape fixed) and one verify graph whose block size is a symbol over 2 ..
+γ, so that a method verifying fewer than γ tokens (EVICT, Cascade, EcoSpec-Adaptive, a tree cut short) pays for its
+tokens, not for a γ block of padding. The prefill and the oracle's look-up pass run the tensor-code forward
+uncompiled. Accepted paths are compacted onto the prefix in place (one native call, or one small compiled call, for
+all layers). A batch runs every row at each step's longest block, shorter blocks padded and finished sequences
+masked at the fixed shape (`CompiledTarget`). Inductor's artefacts go to `$ECOSPEC_CACHE/inductor`, so a second
+process compiles from disk. The graphs are written with no host read inside a step, so a GPU can capture their
+shapes as CUDA graphs later (not done: no GPU has run them).
 """
 
 from __future__ import annotations
@@ -263,30 +266,37 @@ def prepare(
     hidden_layers: tuple[int, ...] = (),
     forced_routing: bool = False,
     rows: int = 1,
+    native: bool | None = None,
 ) -> CompiledTarget:
-    """Compile `target`'s steps for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and the
-    compaction of an accepted path), and warm them up (timed: `compile_s`): the AR graph (q = 1) and, for γ > 1, one
-    verify graph for every block size 2 .. γ, each size called once (the first call compiles it, from disk when
-    inductor's cache has it; the others must find it). The same arguments give the same prepared object within a
-    process. `forced_routing`: the routers' choices come from `static.forced_ids` (the verify-latency benchmark);
-    `rows`: the sequences a step runs (every graph is one batch size's; a sequence that finishes early stays as a
-    masked row, `CompiledTarget`)."""
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows)
+    """Prepare `target`'s steps for blocks of up to `gamma` tokens and sequences of up to `max_len` slots (and the
+    compaction of an accepted path), and warm them up (timed: `compile_s`). `native`: None takes the native step
+    where it runs (float32 or float64 on the CPU), True insists on it, False compiles inductor's graphs instead: the
+    AR graph (q = 1) and, for γ > 1, one verify graph for every block size 2 .. γ, each size called once (the first
+    call compiles it, from disk when inductor's cache has it; the others must find it). The same arguments give the
+    same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids` (the
+    verify-latency benchmark); `rows`: the sequences a step runs (every graph is one batch size's; a sequence that
+    finishes early stays as a masked row, `CompiledTarget`)."""
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows, native)
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)
     if reason:
         raise ValueError(reason)
-    static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing, rows)
-    compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its one token
-    prepared = CompiledTarget(target, static, {}, gamma, max_len, tuple(hidden_layers), compact_step, rows=rows)
+    static = StaticQwen3(target, max_len, tuple(hidden_layers), forced_routing, rows, native)
+    if static.native:  # one native call a step, whatever its block size: nothing to compile
+        compact_step, steps = static.native_compact, dict.fromkeys(range(1, gamma + 1), static.native_step)
+    else:
+        compact_step = compile_method(static, StaticQwen3.compact) if gamma > 1 else None  # AR accepts its token
+        steps = {}
+    prepared = CompiledTarget(target, static, steps, gamma, max_len, tuple(hidden_layers), compact_step, rows=rows)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        prepared.steps[1] = compile_method(static, StaticQwen3.forward)
-        block = compile_method(static, StaticQwen3.forward) if gamma > 1 else None
-        for q in prepared.sizes[1:]:
-            mark_block_size((prepared._tokens[q], prepared._pos[q], prepared._tree[q]), gamma)
-            prepared.steps[q] = block
+        if not static.native:
+            prepared.steps[1] = compile_method(static, StaticQwen3.forward)
+            block = compile_method(static, StaticQwen3.forward) if gamma > 1 else None
+            for q in prepared.sizes[1:]:
+                mark_block_size((prepared._tokens[q], prepared._pos[q], prepared._tree[q]), gamma)
+                prepared.steps[q] = block
         for q in prepared.sizes:
             prepared.steps[q](prepared._tokens[q], prepared._pos[q], prepared._start, prepared._tree[q])
         if compact_step is not None:

@@ -27,11 +27,28 @@ from ecospec.engine.rows import moved
 from ecospec.engine.tree import DraftTree, missing_levels
 
 
+def native_runs(static, hidden_act: str) -> bool:
+    """Whether the native head (kernels/eagle3_step.cpp) runs `static` (a `StaticEagle3`): float32 or float64 on the
+    CPU, a SiLU MLP, every weight in the head's dtype; `static.native` None asks, True insists, False declines."""
+    dtype = static.k_cache.dtype
+    here = (
+        static.k_cache.device.type == "cpu"
+        and dtype in (torch.float32, torch.float64)
+        and hidden_act == "silu"
+        and all(t.dtype == dtype for name, t in static.w.items() if name != "d2t")
+    )
+    if static.native and not here:
+        raise ValueError("the native EAGLE-3 head runs a SiLU head in float32 or float64 on the CPU")
+    static.native = here if static.native is None else static.native
+    return static.native
+
+
 class StaticEagle3(nn.Module):
     """An `Eagle3Head` over a static KV cache [kv heads, slots, head dim]: `begin_step` and `level_step` (below)."""
 
-    def __init__(self, drafter, max_len: int, window: int, topk: int):
+    def __init__(self, drafter, max_len: int, window: int, topk: int, native: bool | None = None):
         super().__init__()
+        self.native = native
         head = drafter.head
         c, layer = head.config, head.midlayer
         attn, mlp = layer.self_attn, layer.mlp
@@ -69,6 +86,39 @@ class StaticEagle3(nn.Module):
             }
         self.input_norm = None if head.input_norm is None else head.input_norm.weight
         self.qk_norm = None if attn.q_norm is None else (attn.q_norm.weight, attn.k_norm.weight)
+        self.handle = self._native_setup() if native_runs(self, c.hidden_act) else None
+
+    def _native_setup(self) -> int:
+        """Hand the weights, cache, node buffer and rotary tables to the native head once (kernels/eagle3_step.cpp,
+        `W`); freed with this object."""
+        import weakref
+
+        from ecospec.engine.static_qwen3 import cpu_kernels
+
+        cpu_kernels()
+        w, empty = self.w, self.k_cache.new_empty(0)
+        q_norm, k_norm = self.qk_norm or (empty, empty)
+        names = ("fc", "qkv", "o", "gate_up", "down", "hidden_norm", "input_ln", "post_ln", "norm", "lm_head", "d2t")
+        tensors = [w[name].contiguous() for name in names] + [w["embed"].contiguous()]
+        tensors += [empty if self.input_norm is None else self.input_norm, q_norm, k_norm, self.cos, self.sin]
+        dims = [self.nq, self.nk, self.d, self.topk, int(bool(self.norm_before_residual)), int(self.mapped)]
+        handle = torch.ops.ecospec.eagle3_native_setup(
+            [t.contiguous() for t in tensors], self.k_cache, self.v_cache, self.node_out, dims, float(self.eps)
+        )
+        weakref.finalize(self, torch.ops.ecospec.eagle3_native_free, handle)
+        return handle
+
+    def native_draft_step(self, feats, tokens, pos, start, block, pick, temperatures, depth: int):
+        """`draft_step` in one native call (kernels/eagle3_step.cpp): the same arithmetic, without a graph around it."""
+        return torch.ops.ecospec.eagle3_native_draft(
+            self.handle, feats, tokens, pos, start, block, pick, temperatures, depth
+        )
+
+    def native_level_step(self, parents, tokens, pos, slots, start, block, rows, temperature):
+        """`level_step` in one native call."""
+        return torch.ops.ecospec.eagle3_native_level(
+            self.handle, parents, tokens, pos, slots, start, block, rows, temperature
+        )
 
     def _layer(self, hidden, tokens, pos, slots, visible):
         """The decoder layer over a block (hidden, tokens [q]), its keys written at `slots`, `visible` [q, slots]."""
@@ -170,7 +220,17 @@ class CompiledEagle3:
 
     kind = "eagle3"  # the drafter kind it drafts as (method.drafter; engine.scope)
 
-    def __init__(self, drafter, *, gamma: int, depth: int, topk: int, max_len: int, depths: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        drafter,
+        *,
+        gamma: int,
+        depth: int,
+        topk: int,
+        max_len: int,
+        depths: tuple[int, ...] = (),
+        native: bool | None = None,
+    ):
         head = drafter.head
         if getattr(drafter.embed, "weight", None) is None:
             raise ValueError("engine=compiled needs the EAGLE-3 drafter's embedding as a module with a weight")
@@ -178,7 +238,7 @@ class CompiledEagle3:
         self.vocab_size, self.hidden_layers = drafter.vocab_size, drafter.hidden_layers
         self.window = max(gamma, (depth - 1) * topk)  # a begin block, or the head's tree levels
         self.max_len = max_len
-        self.static = StaticEagle3(drafter, max_len + self.window, self.window, topk)
+        self.static = StaticEagle3(drafter, max_len + self.window, self.window, topk, native)
         dev = head.device
         g, w, k = gamma, self.window, topk
         self._feats = torch.zeros(g, head.config.feature_size, dtype=head.dtype, device=dev)
@@ -201,8 +261,11 @@ class CompiledEagle3:
         self.depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))  # one draft graph each
         self.levels = {"drafted": 0, "one_by_one": 0}  # tree levels served by draft_step / run one by one
         self._temperatures = torch.stack([self._temperature(d) for d in range(1, depth + 1)])
-        self.draft_c = compile_method(self.static, StaticEagle3.draft_step)
-        self.level_c = compile_method(self.static, StaticEagle3.level_step)
+        if self.static.native:  # one native call a step: nothing to compile
+            self.draft_c, self.level_c = self.static.native_draft_step, self.static.native_level_step
+        else:
+            self.draft_c = compile_method(self.static, StaticEagle3.draft_step)
+            self.level_c = compile_method(self.static, StaticEagle3.level_step)
         t0 = time.perf_counter()
         with torch.inference_mode():  # one call per shape compiles it (from disk when inductor's cache has it)
             for d in self.depths:
@@ -407,16 +470,28 @@ class CompiledEagle3:
         )
 
 
-def prepare_drafter(drafter, *, gamma: int, depth: int, topk: int, max_len: int, depths: tuple[int, ...] = ()):
+def prepare_drafter(
+    drafter,
+    *,
+    gamma: int,
+    depth: int,
+    topk: int,
+    max_len: int,
+    depths: tuple[int, ...] = (),
+    native: bool | None = None,
+):
     """The compiled form of an `Eagle3Drafter` (prepared once per head, weights and shapes); any other drafter
-    (a draft model: its own eager forward) and an already compiled one are returned as they are."""
+    (a draft model: its own eager forward) and an already compiled one are returned as they are. `native`: None
+    takes the native head where it runs (`native_runs`), False compiles inductor's graphs."""
     if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3):
         return drafter
     head = drafter.head
     weights = tuple((p.data_ptr(), p._version) for p in head.parameters())
     depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))
-    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights, depths)
+    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights, depths, native)
     cache = prepared_on(drafter)
     if key not in cache:
-        cache[key] = CompiledEagle3(drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len, depths=depths)
+        cache[key] = CompiledEagle3(
+            drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len, depths=depths, native=native
+        )
     return cache[key]

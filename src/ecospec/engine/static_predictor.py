@@ -58,7 +58,7 @@ def _layer_weights(layer) -> dict:
 class StaticPredictor(nn.Module):
     """The predictor's backbone over a static KV cache ([kv heads, slots, head dim] a layer; `forward` below)."""
 
-    def __init__(self, predictor, max_len: int):
+    def __init__(self, predictor, max_len: int, native: bool | None = None):
         super().__init__()
         bb, c = predictor.backbone, predictor.config
         dev, dtype = predictor.device, predictor.dtype
@@ -84,6 +84,57 @@ class StaticPredictor(nn.Module):
             "head": predictor.head.weight,
             "head_bias": predictor.head.bias,
         }
+        here = dev.type == "cpu" and dtype in (torch.float32, torch.float64)
+        here &= all(isinstance(w["act"], nn.SiLU) or type(w["act"]).__name__.startswith("SiLU") for w in self.weights)
+        if native and not here:
+            raise ValueError("the native predictor runs a SiLU backbone in float32 or float64 on the CPU")
+        self.native = here if native is None else native
+        self.handle = self._native_setup() if self.native else None
+
+    def _native_setup(self) -> int:
+        """Hand the weights, caches and rotary tables to the native predictor once (kernels/predictor_step.cpp,
+        `Slot`, `Top`); freed with this object."""
+        import weakref
+
+        from ecospec.engine.static_qwen3 import cpu_kernels
+
+        cpu_kernels()
+        empty = self.cos.new_empty(0)
+
+        def given(t):
+            return empty if t is None else t.contiguous()
+
+        def stacked(a, b):
+            return empty if a is None else torch.cat([a, b])
+
+        flat, eps = [], []
+        for w in self.weights:
+            flat += [given(w.get(name)) for name in ("ln1", "q", "k", "v", "o")]
+            flat += [given(w.get(f"{name}_bias")) for name in ("q", "k", "v", "o")]
+            flat += [given(w["q_norm"]), given(w.get("k_norm")), given(w["ln2"])]
+            flat += [stacked(w["gate_proj"], w["up_proj"]), given(w["down_proj"])]
+            flat += [stacked(w["gate_proj_bias"], w["up_proj_bias"]), given(w["down_proj_bias"])]
+            eps += [w["ln1_eps"], w["ln2_eps"], w.get("q_eps", 0.0), w.get("k_eps", 0.0)]
+        top = self.top
+        tops = [given(top[n]) for n in ("embed", "proj", "proj_bias", "norm", "head", "head_bias")]
+        a = self.weights[0]
+        n_heads = a["q"].shape[0] // a["head_dim"]
+        dims = [n_heads, self.k_cache[0].shape[0], a["head_dim"], self.layers, self.experts, self.top_k]
+        handle = torch.ops.ecospec.predictor_native_setup(
+            flat,
+            self.k_cache,
+            self.v_cache,
+            [*tops, self.cos.contiguous(), self.sin.contiguous()],
+            dims,
+            [float(e) for e in [*eps, top["norm_eps"]]],
+            float(a["scaling"]),
+        )
+        weakref.finalize(self, torch.ops.ecospec.predictor_native_free, handle)
+        return handle
+
+    def native_step(self, ints, block, pick):
+        """`forward` in one native call (kernels/predictor_step.cpp): the same arithmetic, without a graph around it."""
+        return torch.ops.ecospec.predictor_native_step(self.handle, ints, block, pick)
 
     def forward(self, ints, block, pick):
         """A block of tokens ints[0] [q] at positions ints[1] written at slots ints[2] (consecutive), seeing the
@@ -125,12 +176,12 @@ class StaticPredictor(nn.Module):
 class CompiledPredictor:
     """An `ExpertPredictor` whose decode pass runs compiled (the module docstring); batch size 1."""
 
-    def __init__(self, predictor, *, gamma: int, depth: int, topk: int, max_len: int):
+    def __init__(self, predictor, *, gamma: int, depth: int, topk: int, max_len: int, native: bool | None = None):
         self.predictor, self.config, self.gamma = predictor, predictor.config, gamma
         self.nodes = topk + (depth - 1) * topk * topk  # `grow_tree`'s pool: k + (depth - 1) k^2
         self.width = gamma + self.nodes
         self.max_len = max_len
-        self.static = StaticPredictor(predictor, max_len + self.width)
+        self.static = StaticPredictor(predictor, max_len + self.width, native)
         dev = predictor.device
         g, w = gamma, self.width
         # the step's inputs, written on the host (numpy views) and copied once where the device is not the CPU
@@ -145,7 +196,9 @@ class CompiledPredictor:
             base[g:, :m] = True
             self._base[m] = base
             self._pick[m] = torch.tensor([m - 1, *range(g, w)], device=dev)
-        self.step = compile_method(self.static, StaticPredictor.forward)
+        self.step = (
+            self.static.native_step if self.static.native else compile_method(self.static, StaticPredictor.forward)
+        )
         t0 = time.perf_counter()
         with torch.inference_mode():
             self.step(self._ints, self._block, self._pick[1])
@@ -207,13 +260,14 @@ class CompiledPredictor:
             raise ValueError("engine=compiled predicts for one sequence at a time (batch size 1)")
 
 
-def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int):
+def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int, native: bool | None = None):
     """The compiled form of an `ExpertPredictor` (prepared once per predictor and shapes); None, "oracle" and an
-    already compiled one are returned as they are."""
+    already compiled one are returned as they are. `native`: None takes the native pass where it runs (float32 or
+    float64 on the CPU), False compiles inductor's graph."""
     if predictor is None or isinstance(predictor, str | CompiledPredictor):
         return predictor
-    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype)
+    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native)
     cache = prepared_on(predictor)
     if key not in cache:
-        cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len)
+        cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len, native=native)
     return cache[key]

@@ -1,17 +1,23 @@
-"""Qwen3-MoE's forward written for a compiler: a KV cache allocated once, one fixed block shape, no graph break.
+"""Qwen3-MoE's forward over a static KV cache, in two forms: one native call on the CPU, tensor code a compiler takes
+elsewhere.
 
 `StaticQwen3(target, max_len, hidden_layers)` shares the HF model's weights (no copy) and runs a block of q tokens
 written at cache slots start .. start + q - 1, at positions `pos`, query i seeing every slot before `start` and the
-block's slots its row of `tree` [q, q] marks. Everything a step needs comes in as tensors, so
-`torch.compile(dynamic=False)` makes a graph of one block size, or of every size whose inputs' q is marked dynamic:
-the engine compiles q = 1 (the AR step) and one graph for q = 2 .. γ (the verify step); the prefill runs the same
-code uncompiled.
+block's slots its row of `tree` [q, q] marks.
 
-The MoE layer keeps the paper's cost inside the graph: one opaque op (`ecospec::moe_experts`) groups the block's
-token-slots by expert and multiplies each expert that has slots by its weights once, never once per token, looping
-over those experts only; every block size, one token included, runs through it. Each MoE layer writes its top-k
-ids into `routes` [L_moe, max_len, k], a buffer allocated once (routing capture without hooks). Layer for layer
-the arithmetic of transformers' Qwen3-MoE modules.
+- `native_step` (float32 and float64 on the CPU): the whole step in one C++ call (kernels/qwen3_step.cpp), the
+  weights, caches and rotary tables handed over once when prepared. The compiled engine's target on the CPU: a
+  graph of the same forward spent more time around its ops than in them, more so for a block of several tokens.
+- `forward`: the same arithmetic in tensor ops, everything a step needs coming in as tensors, so that
+  `torch.compile(dynamic=False)` makes a graph of one block size, or of every size whose inputs' q is marked
+  dynamic: the engine's target on other devices (q = 1, the AR step, and one graph for q = 2 .. γ); the prefill
+  runs it uncompiled everywhere.
+
+The MoE layer keeps the paper's cost in both: the block's token-slots grouped by expert and each expert that has
+slots multiplied by its weights once, never once per token (`ecospec::moe_experts` in a graph); every block size,
+one token included, runs through it. Each MoE layer writes its top-k ids into `routes` [L_moe, max_len, k], a
+buffer allocated once (routing capture without hooks). Layer for layer the arithmetic of transformers' Qwen3-MoE
+modules.
 """
 
 from __future__ import annotations
@@ -26,7 +32,12 @@ from ecospec.cache import cache_root
 from ecospec.engine.graphs import visible_slots
 from ecospec.models.adapters import moe_info
 
-KERNELS = [Path(__file__).parent / "kernels" / name for name in ("moe_experts.cpp", "block_attention.cpp")]
+KERNELS = [
+    Path(__file__).parent / "kernels" / name
+    for name in ("moe_experts.cpp", "block_attention.cpp", "qwen3_step.cpp", "eagle3_step.cpp", "predictor_step.cpp")
+]
+# A layer's weights in the order the native step takes them (kernels/qwen3_step.cpp, `Slot`); absent ones empty.
+NATIVE_SLOTS = ("ln1", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "ln2")
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -157,7 +168,13 @@ class StaticQwen3(nn.Module):
     whole graph input that nothing reads after it is done in place."""
 
     def __init__(
-        self, target, max_len: int, hidden_layers: tuple[int, ...] = (), forced_routing: bool = False, rows: int = 1
+        self,
+        target,
+        max_len: int,
+        hidden_layers: tuple[int, ...] = (),
+        forced_routing: bool = False,
+        rows: int = 1,
+        native: bool | None = None,
     ):
         super().__init__()
         cfg = target.config
@@ -204,6 +221,59 @@ class StaticQwen3(nn.Module):
         }
         self.norm_eps = model.norm.variance_epsilon
         self.attn_scaling = model.layers[0].self_attn.scaling
+        # the native step (`native_step`) where its kernel runs: float32 or float64 on the CPU
+        native_here = dev.type == "cpu" and dtype in (torch.float32, torch.float64)
+        if native and not native_here:
+            raise ValueError(f"the native step runs float32 or float64 on the CPU, not {dtype} on {dev.type}")
+        self.native = native_here if native is None else native
+        self.handle = self._native_setup() if self.native else None
+
+    def _native_setup(self) -> int:
+        """Hand the weights, caches and rotary tables to the native step once; freed with this object."""
+        import weakref
+
+        empty = self.head_weights["embed"].new_empty(0)
+        flat = []
+        for w in self.weights:
+            flat += [empty if w.get(name) is None else w[name].contiguous() for name in NATIVE_SLOTS]
+            if "router" in w:
+                flat += [w["router"].contiguous(), w["gate_up"].contiguous(), w["down"].contiguous()]
+            else:  # a dense layer: its gate and up rows stacked, as one expert's
+                flat += [empty, torch.cat([w["gate_proj"], w["up_proj"]]), w["down_proj"].contiguous()]
+        freqs = torch.arange(self.max_len, device=self.inv_freq.device)[:, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        dtype = self.head_weights["embed"].dtype
+        cos, sin = [(f(emb) * self.attention_scaling).to(dtype) for f in (torch.cos, torch.sin)]
+        head = [self.head_weights[n].contiguous() for n in ("embed", "norm", "lm_head")] + [cos, sin]
+        eps = [w[name] for w in self.weights for name in ("ln1_eps", "ln2_eps", "q_eps", "k_eps")] + [self.norm_eps]
+        moe_row = [self.moe_index.get(i, -1) for i in range(self.num_layers)]
+        dims = [self.n_heads, self.n_kv, self.head_dim, self.top_k, int(bool(self.norm_topk))]
+        forced = self.forced_ids if self.forced_routing else self.routes.new_empty(0)
+        handle = torch.ops.ecospec.qwen3_native_setup(
+            flat,
+            self.k_cache,
+            self.v_cache,
+            self.routes,
+            forced,
+            head,
+            moe_row,
+            list(self.hidden_layers),
+            [float(e) for e in eps],
+            dims,
+            float(self.attn_scaling),
+        )
+        weakref.finalize(self, torch.ops.ecospec.qwen3_native_free, handle)
+        return handle
+
+    def native_step(self, tokens, pos, start, tree):
+        """`forward` for a batch ([B, q] tokens and positions, [B] starts, [B, q, q] trees) in one native call
+        (kernels/qwen3_step.cpp): the same arithmetic, without a graph around it."""
+        logits, feats = torch.ops.ecospec.qwen3_native_step(self.handle, tokens, pos, start, tree)
+        return logits, feats if self.hidden_layers else None
+
+    def native_compact(self, src, start) -> None:
+        """`compact` in one native call."""
+        torch.ops.ecospec.qwen3_native_compact(self.handle, src, start)
 
     def _attention(self, w: dict, i: int, x, cos, sin, slots, start, tree):
         b, q_len = x.shape[:2]

@@ -5,7 +5,8 @@ starts (an AR decode runs the AR graph of the speculative target prepared for it
 compiles one AR graph, not two), so the warm-up (inductor compiling, or loading its graphs from
 `$ECOSPEC_CACHE/inductor`) is never part of a cell's timings: it is summed into `compile_s` (the record's
 `env.compile_s`); `env.compiled_parts` says what ran compiled (the target, an EAGLE-3 head's draft steps, the
-expert predictor's pass; a draft model and the oracle's look-up pass stay eager). Cache sizes come in steps of
+expert predictor's pass; a draft model and the oracle's look-up pass stay eager), `env.native_parts` which of them
+ran as one native call a pass (on the CPU: nothing for inductor to compile). Cache sizes come in steps of
 `engine.scope.SLOTS`, so one prepared target serves every prompt of a usual cell; a longer sequence (a multi-turn
 prompt) prepares the next size up, and its warm-up is counted too.
 """
@@ -23,6 +24,7 @@ class CellEngine:
     compile_s: float = 0.0
     prepared: dict = field(default_factory=dict)  # (block, slots, hidden layers, rows) -> CompiledTarget
     parts: set = field(default_factory=set)  # what ran compiled: target, eagle3_head, predictor
+    native: set = field(default_factory=set)  # of those, what ran as one native call a pass (the CPU's engine)
     _counted: set = field(default_factory=set)  # the compiled drafters and predictors whose warm-up is counted
 
     def for_decode(
@@ -59,6 +61,8 @@ class CellEngine:
             self.prepared[key] = prepared = prepare(target, gamma=block, max_len=size, hidden_layers=hidden, rows=rows)
             self.compile_s += prepared.compile_s
             self.parts.add("target")
+            if prepared.static.native:
+                self.native.add("target")
         if drafter is not None:  # what the prepared target compiles of them (a batch: neither, `prepare_parts`)
             made = self.prepared[key].prepare_parts(
                 drafter,
@@ -74,6 +78,8 @@ class CellEngine:
                     self._counted.add(id(got))
                     self.compile_s += got.compile_s
                     self.parts.add(part)
+                    if got.static.native:
+                        self.native.add(part)
         return self.prepared[key]
 
     def env(self) -> dict:
@@ -86,4 +92,5 @@ class CellEngine:
             "compile_s": round(self.compile_s, 2),
             "compiled_shapes": [list(x) for x in shapes],
             "compiled_parts": sorted(self.parts),
+            "native_parts": sorted(self.native),
         }  # (block, cache slots) of each

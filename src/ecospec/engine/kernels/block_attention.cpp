@@ -13,70 +13,9 @@
 #include <limits>
 #include <vector>
 
-#include "simd.h"
-
-namespace {
+#include "attention.h"
 
 using namespace ecospec;
-
-// One key-value head's rows: q [n, D] (n = heads of the group × Q, head-major), k / v [L, D] (L = start + Q)
-// -> out [n, D]; p is scratch [n, L].
-template <typename T>
-void attend(const T* q, const T* k, const T* v, int64_t n, int64_t Q, int64_t L, int64_t D, int64_t start,
-            const bool* tree, T scale, T* out, T* p) {
-  bool tiled = false;
-  if constexpr (std::is_same_v<T, float>) {
-    tiled = D % kLanes == 0;
-    if (tiled) rows_times(q, n, k, L, D, p, L);
-  }
-  if (!tiled) rows_times_plain<T>(q, n, k, L, D, p);
-  for (int64_t r = 0; r < n; ++r) {
-    T* row = p + r * L;
-    const bool* sees = tree + (r % Q) * Q;
-    T most = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < L; ++j) {
-      row[j] = j < start || sees[j - start] ? row[j] * scale : -std::numeric_limits<T>::infinity();
-      most = row[j] > most ? row[j] : most;
-    }
-    T total = 0;
-    int64_t j = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      vf sum = {};
-      for (; j + kLanes <= L; j += kLanes) {
-        vf e = vexp(load(row + j) - most);
-        e = load(row + j) == -std::numeric_limits<float>::infinity() ? vf{} : e;
-        store(row + j, e);
-        sum += e;
-      }
-      for (int l = 0; l < kLanes; ++l) total += sum[l];
-    }
-    for (; j < L; ++j) {
-      row[j] = std::exp(row[j] - most);
-      total += row[j];
-    }
-    T* o = out + r * D;
-    for (int64_t d = 0; d < D; ++d) o[d] = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      if (tiled) {
-        for (int64_t d = 0; d < D; d += 4 * kLanes) {  // four vectors of the output at a time
-          const int64_t w = std::min<int64_t>(4, (D - d) / kLanes);
-          vf acc[4] = {};
-          for (int64_t t = 0; t < L; ++t) {
-            const float pt = row[t];
-            for (int c = 0; c < w; ++c) acc[c] += pt * load(v + t * D + d + c * kLanes);
-          }
-          for (int c = 0; c < w; ++c) store(o + d + c * kLanes, acc[c] / total);
-        }
-        continue;
-      }
-    }
-    for (int64_t t = 0; t < L; ++t)
-      for (int64_t d = 0; d < D; ++d) o[d] += row[t] * v[t * D + d];
-    for (int64_t d = 0; d < D; ++d) o[d] /= total;
-  }
-}
-
-}  // namespace
 
 // One sequence: q [Hq, Q, D], k_cache / v_cache [Hkv, S, D], start, tree [Q, Q] bool -> out [Hq, Q, D] (in `work`).
 void attend_sequence(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t start,

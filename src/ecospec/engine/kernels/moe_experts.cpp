@@ -17,93 +17,9 @@
 #include <cstring>
 #include <vector>
 
-#include "simd.h"
-
-namespace {
+#include "experts.h"
 
 using namespace ecospec;
-
-// act [s, I] = silu(h[:, :I]) · h[:, I:], h [s, 2I].
-void swiglu(const float* h, int64_t s, int64_t inter, float* act) {
-  for (int64_t r = 0; r < s; ++r)
-    for (int64_t o = 0; o < inter; o += kLanes) {
-      const vf g = load(h + r * 2 * inter + o), u = load(h + r * 2 * inter + inter + o);
-      const vf a = g / (1.0f + vexp(-g)) * u;
-      store(act + r * inter + o, a);
-    }
-}
-
-template <typename T>
-void swiglu_plain(const T* h, int64_t s, int64_t inter, T* act) {
-  for (int64_t r = 0; r < s; ++r)
-    for (int64_t o = 0; o < inter; ++o) {
-      const T g = h[r * 2 * inter + o];
-      act[r * inter + o] = g / (T(1) + std::exp(-g)) * h[r * 2 * inter + inter + o];
-    }
-}
-
-// Slots (token t, choice j) grouped by expert, experts ascending, token order kept within an expert.
-struct Groups {
-  std::vector<int64_t> start;  // [N + 1]: expert e's slots are slot[start[e] .. start[e + 1])
-  std::vector<int64_t> slot;   // t * k + j
-};
-
-Groups group(const int64_t* ids, int64_t slots, int64_t experts) {
-  Groups g;
-  g.start.assign(experts + 1, 0);
-  for (int64_t i = 0; i < slots; ++i) {
-    TORCH_CHECK(ids[i] >= 0 && ids[i] < experts, "ecospec::moe_experts: expert id ", ids[i], " out of range");
-    ++g.start[ids[i] + 1];
-  }
-  for (int64_t e = 0; e < experts; ++e) g.start[e + 1] += g.start[e];
-  g.slot.resize(slots);
-  std::vector<int64_t> next(g.start.begin(), g.start.end() - 1);
-  for (int64_t i = 0; i < slots; ++i) g.slot[next[ids[i]]++] = i;
-  return g;
-}
-
-template <typename T>
-void all_experts(const at::Tensor& x, const Groups& g, const at::Tensor& weights, const at::Tensor& gate_up,
-                 const at::Tensor& down, int64_t k, at::Tensor& out) {
-  const int64_t hid = x.size(1), inter = down.size(2);
-  const T* xp = x.data_ptr<T>();
-  const T* wp = weights.data_ptr<T>();
-  const T* gu = gate_up.data_ptr<T>();
-  const T* dn = down.data_ptr<T>();
-  T* op = out.data_ptr<T>();
-  bool tiled = false;
-  if constexpr (std::is_same_v<T, float>) tiled = hid % kLanes == 0 && inter % kLanes == 0;  // the reduced widths
-  int64_t most = 0;  // the most slots of one expert (a token may name an expert twice: forced routing does)
-  for (size_t e = 0; e + 1 < g.start.size(); ++e) most = std::max(most, g.start[e + 1] - g.start[e]);
-  std::vector<T> rows(most * hid), h(most * 2 * inter), act(most * inter), y(most * hid);
-  for (size_t e = 0; e + 1 < g.start.size(); ++e) {
-    const int64_t first = g.start[e], s = g.start[e + 1] - first;
-    if (s == 0) continue;  // an expert without slots is never read
-    for (int64_t r = 0; r < s; ++r) std::memcpy(&rows[r * hid], xp + g.slot[first + r] / k * hid, hid * sizeof(T));
-    const T* wg = gu + e * 2 * inter * hid;
-    const T* wd = dn + e * hid * inter;
-    if constexpr (std::is_same_v<T, float>) {
-      if (tiled) {
-        rows_times(rows.data(), s, wg, 2 * inter, hid, h.data(), 2 * inter);
-        swiglu(h.data(), s, inter, act.data());
-        rows_times(act.data(), s, wd, hid, inter, y.data(), hid);
-      }
-    }
-    if (!tiled) {
-      rows_times_plain<T>(rows.data(), s, wg, 2 * inter, hid, h.data());
-      swiglu_plain<T>(h.data(), s, inter, act.data());
-      rows_times_plain<T>(act.data(), s, wd, hid, inter, y.data());
-    }
-    for (int64_t r = 0; r < s; ++r) {
-      const int64_t i = g.slot[first + r];
-      T* o = op + i / k * hid;
-      const T wt = wp[i];
-      for (int64_t c = 0; c < hid; ++c) o[c] += y[r * hid + c] * wt;
-    }
-  }
-}
-
-}  // namespace
 
 at::Tensor moe_experts(const at::Tensor& x_in, const at::Tensor& ids_in, const at::Tensor& weights_in,
                        const at::Tensor& gate_up_in, const at::Tensor& down_in) {
@@ -118,7 +34,9 @@ at::Tensor moe_experts(const at::Tensor& x_in, const at::Tensor& ids_in, const a
   auto out = at::zeros_like(x);
   if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) {
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_experts",
-                               [&] { all_experts<scalar_t>(x, g, weights, gate_up, down, k, out); });
+                               [&] { experts_into<scalar_t>(x.data_ptr<scalar_t>(), x.size(1), g, weights.data_ptr<scalar_t>(),
+                                                             gate_up.data_ptr<scalar_t>(), down.data_ptr<scalar_t>(),
+                                                             down.size(2), k, out.data_ptr<scalar_t>()); });
     return out;
   }
   // half precisions: ATen's matmuls, which accumulate in float, and the per-token sum in the tensor's dtype

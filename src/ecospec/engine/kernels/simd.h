@@ -8,7 +8,8 @@
 
 namespace ecospec {
 
-constexpr int kLanes = 8;  // floats per vector: one AVX register, two SSE ones
+constexpr int kLanes = 8;
+constexpr int kAhead = 8;  // tiles of weight rows prefetched ahead  // floats per vector: one AVX register, two SSE ones
 typedef float vf __attribute__((vector_size(kLanes * sizeof(float))));
 typedef int vi __attribute__((vector_size(kLanes * sizeof(int))));
 
@@ -19,6 +20,13 @@ inline vf load(const float* p) {
 }
 
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+
+// Ask for `bytes` from `p` in the cache ahead of use: weights read once a step come from the last-level cache or
+// memory, and a few hundred short rows read in small tiles are too short a stream for the hardware's prefetchers.
+inline void prefetch(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 2);
+}
 
 // The lane sums of eight vectors, as one vector: three rounds of pairwise adds over interleaved lanes, instead of
 // eight separate horizontal sums (at a width of 64 a dot product is eight multiply-adds, as many as its own sum).
@@ -37,10 +45,14 @@ inline vf sum8(const vf* v) {
 // y[s, o] = x[s] · w[o] for R weight rows and S token rows of length k (a multiple of kLanes): R·S = 8
 // accumulators, so each loaded weight vector serves S rows and the eight reductions run side by side.
 template <int R, int S>
-inline void tile(const float* x, int64_t ldx, const float* w, int64_t k, float* y, int64_t ldy) {
+__attribute__((always_inline)) inline void tile(const float* x, int64_t ldx, const float* w, int64_t k, float* y, int64_t ldy) {
   static_assert(R * S == 8, "one tile fills one vector of sums");
   vf acc[S * R] = {};
+  // the weight rows a few tiles on, a few lines each iteration: weights read once a step stream from memory, in
+  // rows too short for the hardware's prefetchers to follow
+  const char* ahead = reinterpret_cast<const char*>(w + kAhead * R * k);
   for (int64_t i = 0; i < k; i += kLanes) {
+    for (int p = 0; p < R / 2; ++p) __builtin_prefetch(ahead + ((i / kLanes) * (R / 2) + p) * 64, 0, 3);
     vf xs[S];
     for (int s = 0; s < S; ++s) xs[s] = load(x + s * ldx + i);
     for (int o = 0; o < R; ++o) {
