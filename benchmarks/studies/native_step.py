@@ -1,10 +1,10 @@
 """The compiled engine two ways on the embedded default: the CPU's native steps (one C++ call a pass for the target,
-`StaticQwen3.native_step`, and for a step's EAGLE-3 draft tree, `StaticEagle3.native_draft_step`: the engine on the
-CPU) against inductor's graphs of the same forwards (the engine where the native steps do not run, `native=False`),
-with the predictor's compiled graph the same in both. AR, the EAGLE-3 tree and EcoSpec run through each, interleaved
-prompt by prompt in one process (one torch thread): time per token (the decoding thread's CPU time), each method's
-speedup over the same target's AR, the step's parts (ms a step: draft, predictor, verify phase, whole step) and
-whether the two targets gave the same greedy tokens.
+`StaticQwen3.native_step`, for a step's EAGLE-3 draft tree, `StaticEagle3.native_draft_step`, and for the expert
+predictor's pass, `StaticPredictor.native_step`: the engine on the CPU) against inductor's graphs of the same
+forwards (the engine where the native steps do not run, `native=False`). AR, the EAGLE-3 tree and EcoSpec run
+through each, interleaved prompt by prompt in one process (one torch thread): time per token (the decoding thread's
+CPU time), each method's speedup over the same target's AR, the step's parts (ms a step: draft, predictor, verify
+phase, whole step) and whether the two targets gave the same greedy tokens.
 
     python benchmarks/studies/native_step.py [--prompts 8] [--tokens 64] [--gamma 6] [--out reports/tiny]
 
@@ -62,7 +62,7 @@ def main() -> None:
     }
     shape = {"gamma": a.gamma, "depth": DEPTH, "topk": TOPK, "max_len": max_len}
     heads = {kind: prepare_drafter(drafter, **shape, native=native) for kind, native in TARGETS.items()}
-    prepare_predictor(predictor, **shape)  # generate reuses it
+    preds = {kind: prepare_predictor(predictor, **shape, native=native) for kind, native in TARGETS.items()}
     prepare_s = time.perf_counter() - t0
     cpu = {(m, k): 0.0 for m in METHODS for k in TARGETS}
     count = dict.fromkeys(cpu, 0)
@@ -75,7 +75,7 @@ def main() -> None:
             if method != "AR":
                 args.update(
                     drafter=None,
-                    predictor=predictor if method == "EcoSpec" else None,
+                    predictor=None,
                     gamma=a.gamma,
                     depth=DEPTH,
                     topk=TOPK,
@@ -85,6 +85,8 @@ def main() -> None:
                 run = targets[kind, "AR" if method == "AR" else "SD"]
                 if method != "AR":
                     args["drafter"] = heads[kind]
+                if method == "EcoSpec":
+                    args["predictor"] = preds[kind]
                 c0 = time.thread_time()
                 outs[kind] = ecospec.generate(target, ids, max_new_tokens=a.tokens, engine=run, **args)
                 cpu[method, kind] += time.thread_time() - c0

@@ -1,9 +1,10 @@
-"""The EAGLE-3 head's draft steps written for a compiler: a KV cache allocated once and two fixed step shapes.
+"""The EAGLE-3 head's draft steps with a KV cache allocated once and two fixed step shapes: one native call each on
+the CPU (`StaticEagle3.native_draft_step`, kernels/eagle3_step.cpp), tensor code compiled by inductor elsewhere.
 
     drafter = prepare_drafter(Eagle3Drafter(head, ...), gamma=6, depth=3, topk=2, max_len=512)
     ecospec.generate(target, ids, drafter=drafter, engine=prepared_target)    # engine="compiled" does this itself
 
-`CompiledEagle3` is a `Drafter` (batch 1) with the eager drafter's results, whose head passes run in two graphs:
+`CompiledEagle3` is a `Drafter` (batch 1) with the eager drafter's results, whose head passes run in two steps:
 `begin` over the m <= γ tokens a step accepted (a block of γ entries, the rest masked dummies) and one tree level
 (top-k nodes: every level of `grow_tree`'s beam has that many). Each graph ends in the draft distribution's top-k,
 so the host reads k log-probabilities and ids per pass. The committed entries sit at cache slots = positions, a

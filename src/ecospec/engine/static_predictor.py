@@ -1,4 +1,5 @@
-"""The expert predictor's step written for a compiler: a KV cache allocated once and one fixed block shape.
+"""The expert predictor's step with a KV cache allocated once and one fixed block shape: one native call on the CPU
+(`StaticPredictor.native_step`, kernels/predictor_step.cpp), tensor code compiled by inductor elsewhere.
 
     predictor = prepare_predictor(ExpertPredictor.load(...), gamma=6, depth=3, topk=2, max_len=512)
 
