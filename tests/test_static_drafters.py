@@ -87,6 +87,23 @@ def test_compiled_eagle3_drafts_the_eager_trees(variant, native):
     assert TOPK + (DEPTH - 1) * TOPK**2 in sizes and min(sizes) < TOPK + (DEPTH - 1) * TOPK**2
 
 
+def test_native_head_drafts_the_eager_trees_in_float32():
+    """float32, where the native head's log-softmax takes its exponentials a vector at a time: the eager drafter's
+    trees, their probabilities to float32's rounding."""
+    eager = _drafter("plain")
+    eager.head.float()
+    compiled = prepare_drafter(eager, gamma=GAMMA, depth=DEPTH, topk=TOPK, max_len=128)
+    assert compiled.static.native and compiled.static.k_cache.dtype == torch.float32
+    for tokens, hidden in _steps(4, eager.head.config.feature_size, 64):
+        trees = []
+        for d in (eager, compiled):
+            logp, ids = d.begin(tokens, hidden.float(), TOPK)
+            trees.append(grow_tree(logp, ids, d.expand, DEPTH))
+        a, b = trees
+        assert a.tokens == b.tokens and a.parents == b.parents and a.depths == b.depths
+        assert a.probs == pytest.approx(b.probs, rel=1e-4)
+
+
 def test_compiled_eagle3_follows_a_tree_grown_otherwise():
     """A beam the graph did not choose (a caller's own growth): the levels from there on run one by one, with the
     eager drafter's results."""

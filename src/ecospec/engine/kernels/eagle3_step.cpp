@@ -127,7 +127,13 @@ void children(Head& m, const T* out, int64_t r, T temperature, T* vals, int64_t*
       most = std::max(most, row[v]);
     }
     T total = 0;
-    for (int64_t v = 0; v < V; ++v) total += std::exp(row[v] - most);
+    int64_t v = 0;
+    if constexpr (std::is_same_v<T, float>) {  // the draft vocabulary's exponentials, a vector at a time
+      vf sum = {};
+      for (; v + kLanes <= V; v += kLanes) sum += vexp(load(row + v) - most);
+      for (int l = 0; l < kLanes; ++l) total += sum[l];
+    }
+    for (; v < V; ++v) total += std::exp(row[v] - most);
     const T shift = most + std::log(total);
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
