@@ -100,11 +100,7 @@ void layer(Head& m, const T* hidden, const int64_t* tokens, const int64_t* pos, 
   for (int64_t i = 0; i < q * H; ++i) h[i] += residual[i];
   for (int64_t i = 0; i < q; ++i) rms_same(&h[i * H], w[POST_LN].data_ptr<T>(), H, m.eps, &y[i * H]);
   linear(y.data(), q, w[GATE_UP].data_ptr<T>(), 2 * inter, H, gu.data(), static_cast<const T*>(nullptr));
-  for (int64_t i = 0; i < q; ++i)
-    for (int64_t j = 0; j < inter; ++j) {
-      const T g = gu[i * 2 * inter + j];
-      act[i * inter + j] = g / (T(1) + std::exp(-g)) * gu[i * 2 * inter + inter + j];
-    }
+  swiglu_rows(gu.data(), q, inter, act.data());
   linear(act.data(), q, w[DOWN].data_ptr<T>(), H, inter, y.data(), static_cast<const T*>(nullptr));
   for (int64_t i = 0; i < q * H; ++i) out[i] = h[i] + y[i];
 }
@@ -135,24 +131,13 @@ void children(Head& m, const T* out, int64_t r, T temperature, T* vals, int64_t*
     }
     for (; v < V; ++v) total += std::exp(row[v] - most);
     const T shift = most + std::log(total);
+    top_k(row, V, k, ids + i * k);
     for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t v = 0; v < V; ++v) {
-        if (best >= 0 && row[v] <= row[best]) continue;
-        bool taken = false;
-        for (int64_t t = 0; t < j; ++t) taken |= ids[i * k + t] == v;
-        if (!taken) best = v;
-      }
-      ids[i * k + j] = best;
-      vals[i * k + j] = row[best] - shift;
-    }
-    for (int64_t j = 0; j < k; ++j)
+      vals[i * k + j] = row[ids[i * k + j]] - shift;
       if (m.mapped) ids[i * k + j] += d2t[ids[i * k + j]];
+    }
   }
 }
-
-// The children ids before the draft-to-target mapping are the draft vocabulary's; `children` maps them in place,
-// after the top-k, as the eager head does.
 
 template <typename T>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> level(Head& m, const at::Tensor& parents, const at::Tensor& tokens,

@@ -36,6 +36,16 @@ void swiglu_plain(const T* h, int64_t s, int64_t inter, T* act) {
     }
 }
 
+// act [s, I] = silu(h[:, :I]) · h[:, I:] for any element type: vectors for float at widths of a multiple of the
+// vector, plain otherwise.
+template <typename T>
+void swiglu_rows(const T* h, int64_t s, int64_t inter, T* act) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (inter % kLanes == 0) return swiglu(h, s, inter, act);
+  }
+  swiglu_plain<T>(h, s, inter, act);
+}
+
 // Slots (token t, choice j) grouped by expert, experts ascending, token order kept within an expert.
 struct Groups {
   std::vector<int64_t> start;  // [N + 1]: expert e's slots are slot[start[e] .. start[e + 1])

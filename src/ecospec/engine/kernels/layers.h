@@ -53,4 +53,17 @@ inline void rms_same(const T* x, const T* weight, int64_t n, double eps, T* out)
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r * weight[i];
 }
 
+// ids [k] = the indices of the k largest of x [n] in descending order, ties to the smaller index (k <= n): one pass,
+// each value against the k-th kept so far.
+template <typename T>
+inline void top_k(const T* x, int64_t n, int64_t k, int64_t* ids) {
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (kept == k && !(x[i] > x[ids[k - 1]])) continue;
+    int64_t j = kept < k ? kept++ : k - 1;
+    for (; j > 0 && x[i] > x[ids[j - 1]]; --j) ids[j] = ids[j - 1];
+    ids[j] = i;
+  }
+}
+
 }  // namespace ecospec

@@ -112,11 +112,7 @@ at::Tensor step(Predictor& m, const int64_t* tokens, const int64_t* pos, const i
     const int64_t inter = w[DOWN].size(1);
     std::vector<T> gu(q * 2 * inter), act(q * inter);
     linear(x.data(), q, w[GATE_UP].data_ptr<T>(), 2 * inter, H, gu.data(), ptr<T>(w[B_GATE_UP]));
-    for (int64_t i = 0; i < q; ++i)
-      for (int64_t j = 0; j < inter; ++j) {
-        const T g = gu[i * 2 * inter + j];
-        act[i * inter + j] = g / (T(1) + std::exp(-g)) * gu[i * 2 * inter + inter + j];
-      }
+    swiglu_rows(gu.data(), q, inter, act.data());
     linear(act.data(), q, w[DOWN].data_ptr<T>(), H, inter, o.data(), ptr<T>(w[B_DOWN]));
     for (int64_t i = 0; i < q * H; ++i) h[i] += o[i];
   }
@@ -133,14 +129,9 @@ at::Tensor step(Predictor& m, const int64_t* tokens, const int64_t* pos, const i
   for (int64_t j = 0; j < r; ++j)
     for (int64_t l = 0; l < L; ++l) {
       const T* row = &logits[(j * L + l) * N];
-      for (int64_t c = 0; c < k; ++c) {  // the k largest (ties to the smaller id)
-        int64_t best = -1;
-        for (int64_t ex = 0; ex < N; ++ex) {
-          if (best >= 0 && row[ex] <= row[best]) continue;
-          if (std::find(chosen.begin(), chosen.begin() + c, ex) == chosen.begin() + c) best = ex;
-        }
-        chosen[c] = best;
-        const int64_t bit = l * N + best;
+      top_k(row, N, k, chosen.data());
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t bit = l * N + chosen[c];
         op[j * words + bit / 32] |= int64_t(1) << (bit % 32);
       }
     }

@@ -76,21 +76,12 @@ void route(const T* logits, int64_t n, int64_t k, bool normalise, const int64_t*
   for (int64_t e = 0; e < n; ++e) total += probs[e] = std::exp(static_cast<float>(logits[e]) - most);
   for (int64_t e = 0; e < n; ++e) probs[e] /= total;
   float top[64];
-  TORCH_CHECK(k <= 64, "ecospec native step: top-k of ", k, " experts");
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    if (forced) {
-      best = forced[j];
-    } else {
-      for (int64_t e = 0; e < n; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= ids[i] == e;
-        if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-      }
-    }
-    ids[j] = best;
-    top[j] = probs[best];
-  }
+  TORCH_CHECK(k <= 64 && k <= n, "ecospec native step: top-k of ", k, " experts of ", n);
+  if (forced)
+    std::copy(forced, forced + k, ids);
+  else
+    top_k(probs.data(), n, k, ids);
+  for (int64_t j = 0; j < k; ++j) top[j] = probs[ids[j]];
   float sum = 0;
   for (int64_t j = 0; j < k; ++j) sum += top[j];
   for (int64_t j = 0; j < k; ++j) weights[j] = static_cast<T>(normalise ? top[j] / sum : top[j]);
