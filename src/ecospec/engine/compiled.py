@@ -276,7 +276,8 @@ def prepare(
     same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids` (the
     verify-latency benchmark); `rows`: the sequences a step runs (every graph is one batch size's; a sequence that
     finishes early stays as a masked row, `CompiledTarget`)."""
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows, native)
+    weights = tuple((p.data_ptr(), p._version) for p in target.parameters())  # the native step stacks dense MLPs
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows, native, weights)
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)

@@ -10,7 +10,8 @@ ancestors and itself; a smaller tree is padded with dummies). The graph ends in 
 experts of the root and the nodes, packed 32 bits to a word, so the host reads them once. The host writes the
 step's inputs into two buffers through numpy (one torch op a step less per field: on this CPU the predictor's host
 side cost as much as half its graph). The first call (the prompt) and any larger block run the same code
-uncompiled. The weights are shared with the predictor (no copy).
+uncompiled. The weights are shared with the predictor (no copy, but the native pass's stacked gate and up rows: a
+predictor trained further is prepared again, the key holding the weights' versions).
 """
 
 from __future__ import annotations
@@ -267,7 +268,8 @@ def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: 
     float64 on the CPU), False compiles inductor's graph."""
     if predictor is None or isinstance(predictor, str | CompiledPredictor):
         return predictor
-    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native)
+    weights = tuple((p.data_ptr(), p._version) for p in predictor.parameters())  # the native pass stacks some
+    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native, weights)
     cache = prepared_on(predictor)
     if key not in cache:
         cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len, native=native)
