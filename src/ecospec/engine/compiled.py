@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ecospec.engine.graphs import compile_method, prepared_on
+from ecospec.engine.graphs import compile_method, prepared_on, weights_key
 from ecospec.engine.scope import compiled_problem
 from ecospec.engine.static_qwen3 import StaticQwen3
 from ecospec.engine.step import Block
@@ -276,8 +276,7 @@ def prepare(
     same prepared object within a process. `forced_routing`: the routers' choices come from `static.forced_ids` (the
     verify-latency benchmark); `rows`: the sequences a step runs (every graph is one batch size's; a sequence that
     finishes early stays as a masked row, `CompiledTarget`)."""
-    weights = tuple((p.data_ptr(), p._version) for p in target.parameters())  # the native step stacks dense MLPs
-    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows, native, weights)
+    key = ("target", gamma, max_len, tuple(hidden_layers), forced_routing, rows, native, weights_key(target))
     if key in prepared_on(target):
         return prepared_on(target)[key]
     reason = refusal(target)

@@ -87,6 +87,13 @@ def prepared_on(obj) -> dict:
     return obj.__dict__.setdefault("_ecospec_prepared", _Prepared())
 
 
+def weights_key(module) -> tuple:
+    """The identity and version of every parameter of `module`, for a prepared form's key: a prepared step holds
+    stacked copies of some weights (and inductor's graphs take them when traced), so a model trained further, or
+    moved, must be prepared again."""
+    return tuple((p.data_ptr(), p._version) for p in module.parameters())
+
+
 def visible_slots(slot_ids: torch.Tensor, start: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     """Bool [..., q, slots]: query i sees every cache slot before `start` and the slots start + j for which
     block[..., i, j] is set (block [..., q, W]: the step's window of slots after `start`; start [...], one per

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.engine.graphs import compile_method, prepared_on, visible_slots
+from ecospec.engine.graphs import compile_method, prepared_on, visible_slots, weights_key
 from ecospec.engine.norm import rms_norm
 from ecospec.engine.rows import moved
 from ecospec.engine.tree import DraftTree, missing_levels
@@ -487,9 +487,8 @@ def prepare_drafter(
     if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3):
         return drafter
     head = drafter.head
-    weights = tuple((p.data_ptr(), p._version) for p in head.parameters())
     depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))
-    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights, depths, native)
+    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights_key(head), depths, native)
     cache = prepared_on(drafter)
     if key not in cache:
         cache[key] = CompiledEagle3(

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.engine.graphs import compile_method, prepared_on, visible_slots
+from ecospec.engine.graphs import compile_method, prepared_on, visible_slots, weights_key
 from ecospec.engine.norm import rms_norm
 from ecospec.engine.routing import pack_bitmasks, unpack_bitmasks
 from ecospec.engine.tree import DraftTree
@@ -268,8 +268,7 @@ def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: 
     float64 on the CPU), False compiles inductor's graph."""
     if predictor is None or isinstance(predictor, str | CompiledPredictor):
         return predictor
-    weights = tuple((p.data_ptr(), p._version) for p in predictor.parameters())  # the native pass stacks some
-    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native, weights)
+    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native, weights_key(predictor))
     cache = prepared_on(predictor)
     if key not in cache:
         cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len, native=native)

@@ -13,13 +13,13 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <tuple>
 #include <vector>
 
 #include "attention.h"
 #include "experts.h"
+#include "handles.h"
 #include "layers.h"
 
 namespace {
@@ -41,15 +41,7 @@ struct Head {
   bool norm_before_residual = false, mapped = false;
 };
 
-std::mutex registry_lock;
-std::vector<std::unique_ptr<Head>> registry;
-
-Head& head_of(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(registry.size()) && registry[handle],
-              "ecospec native head: no head with handle ", handle);
-  return *registry[handle];
-}
+Handles<Head> registry("ecospec native head");
 
 // The decoder layer over q head inputs `hidden` [q, H] with their tokens, at positions `pos`, their keys written at
 // cache slots `slots`, query i seeing every slot before `start` and window slot j where block[i * W + j] is set
@@ -265,15 +257,13 @@ int64_t eagle3_native_setup(at::TensorList weights, const at::Tensor& k_cache, c
   m->norm_before_residual = dims[4] != 0;
   m->mapped = dims[5] != 0;
   m->eps = eps;
-  std::lock_guard<std::mutex> hold(registry_lock);
-  registry.push_back(std::move(m));
-  return static_cast<int64_t>(registry.size()) - 1;
+  return registry.add(std::move(m));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> eagle3_native_draft(
     int64_t handle, const at::Tensor& feats, const at::Tensor& tokens, const at::Tensor& pos, const at::Tensor& start,
     const at::Tensor& block, const at::Tensor& pick, const at::Tensor& temperatures, int64_t depth) {
-  Head& m = head_of(handle);
+  Head& m = registry.get(handle);
   auto tok = tokens.to(at::kLong).contiguous();
   auto ps = pos.to(at::kLong).contiguous();
   auto blk = block.to(at::kBool).contiguous();
@@ -289,7 +279,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eagle3_native_level(int64_t handl
                                                                    const at::Tensor& slots, const at::Tensor& start,
                                                                    const at::Tensor& block, const at::Tensor& rows,
                                                                    const at::Tensor& temperature) {
-  Head& m = head_of(handle);
+  Head& m = registry.get(handle);
   auto args = std::make_tuple(parents.to(at::kLong).contiguous(), tokens.to(at::kLong).contiguous(),
                               pos.to(at::kLong).contiguous(), slots.to(at::kLong).contiguous(),
                               block.to(at::kBool).contiguous(), rows.to(at::kLong).contiguous());
@@ -301,8 +291,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eagle3_native_level(int64_t handl
 }
 
 void eagle3_native_free(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  if (handle >= 0 && handle < static_cast<int64_t>(registry.size())) registry[handle].reset();
+  registry.drop(handle);
 }
 
 TORCH_LIBRARY_FRAGMENT(ecospec, m) {

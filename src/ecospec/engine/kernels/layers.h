@@ -2,6 +2,8 @@
 // head (eagle3_step.cpp): RMSNorm, a linear layer over a few rows, the rotary embedding.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -9,6 +11,12 @@
 #include "simd.h"
 
 namespace ecospec {
+
+// A tensor's data, or nullptr for an empty one (an absent bias or norm).
+template <typename T>
+inline const T* ptr(const at::Tensor& t) {
+  return t.numel() ? t.data_ptr<T>() : nullptr;
+}
 
 // out [n] = weight · (x / rms(x)), the norm in float whatever T is, as transformers' RMSNorm computes it.
 template <typename T>

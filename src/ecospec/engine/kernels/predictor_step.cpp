@@ -14,11 +14,11 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "attention.h"
 #include "experts.h"
+#include "handles.h"
 #include "layers.h"
 
 namespace {
@@ -40,20 +40,7 @@ struct Predictor {
   double scale = 1.0;
 };
 
-std::mutex registry_lock;
-std::vector<std::unique_ptr<Predictor>> registry;
-
-Predictor& predictor_of(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(registry.size()) && registry[handle],
-              "ecospec native predictor: no predictor with handle ", handle);
-  return *registry[handle];
-}
-
-template <typename T>
-const T* ptr(const at::Tensor& t) {
-  return t.numel() ? t.data_ptr<T>() : nullptr;
-}
+Handles<Predictor> registry("ecospec native predictor");
 
 template <typename T>
 at::Tensor step(Predictor& m, const int64_t* tokens, const int64_t* pos, const int64_t* slots, int64_t q,
@@ -172,14 +159,12 @@ int64_t predictor_native_setup(at::TensorList weights, at::TensorList k_cache, a
   m->experts = dims[4];
   m->top_k = dims[5];
   m->scale = scale;
-  std::lock_guard<std::mutex> hold(registry_lock);
-  registry.push_back(std::move(m));
-  return static_cast<int64_t>(registry.size()) - 1;
+  return registry.add(std::move(m));
 }
 
 at::Tensor predictor_native_step(int64_t handle, const at::Tensor& ints_in, const at::Tensor& block_in,
                                  const at::Tensor& pick_in) {
-  Predictor& m = predictor_of(handle);
+  Predictor& m = registry.get(handle);
   auto ints = ints_in.to(at::kLong).contiguous();
   auto block = block_in.to(at::kBool).contiguous();
   auto pick = pick_in.to(at::kLong).contiguous();
@@ -193,8 +178,7 @@ at::Tensor predictor_native_step(int64_t handle, const at::Tensor& ints_in, cons
 }
 
 void predictor_native_free(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  if (handle >= 0 && handle < static_cast<int64_t>(registry.size())) registry[handle].reset();
+  registry.drop(handle);
 }
 
 TORCH_LIBRARY_FRAGMENT(ecospec, m) {

@@ -18,12 +18,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "attention.h"
 #include "experts.h"
+#include "handles.h"
 #include "layers.h"
 
 namespace {
@@ -49,20 +49,7 @@ struct Model {
   double scale = 1.0;
 };
 
-std::mutex registry_lock;
-std::vector<std::unique_ptr<Model>> registry;
-
-Model& model_of(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(registry.size()) && registry[handle],
-              "ecospec native step: no model with handle ", handle);
-  return *registry[handle];
-}
-
-template <typename T>
-const T* ptr(const at::Tensor& t) {
-  return t.numel() ? t.data_ptr<T>() : nullptr;
-}
+Handles<Model> registry("ecospec native step");
 
 // The router's top-k over token t's logits [N]: probabilities in float (softmax), the k largest in descending order
 // (ties to the lower id), normalised over the k where the model says so; ids and weights written for the slots.
@@ -251,14 +238,12 @@ int64_t qwen3_native_setup(at::TensorList weights, at::TensorList k_cache, at::T
   m->top_k = dims[3];
   m->norm_topk = dims[4] != 0;
   m->scale = scale;
-  std::lock_guard<std::mutex> hold(registry_lock);
-  registry.push_back(std::move(m));
-  return static_cast<int64_t>(registry.size()) - 1;
+  return registry.add(std::move(m));
 }
 
 std::tuple<at::Tensor, at::Tensor> qwen3_native_step(int64_t handle, const at::Tensor& tokens, const at::Tensor& pos,
                                                      const at::Tensor& start, const at::Tensor& tree) {
-  Model& m = model_of(handle);
+  Model& m = registry.get(handle);
   TORCH_CHECK(tokens.dim() == 2 && pos.sizes() == tokens.sizes() && start.dim() == 1 && tree.dim() == 3,
               "ecospec native step: tokens / pos [B, q], start [B], tree [B, q, q]");
   auto tok = tokens.to(at::kLong).contiguous();
@@ -272,7 +257,7 @@ std::tuple<at::Tensor, at::Tensor> qwen3_native_step(int64_t handle, const at::T
 // Each row's slots start[b] + src[b, j] of every layer's caches to start[b] + j (src [rows, γ]: the accepted path,
 // then identity), gathered before written.
 void qwen3_native_compact(int64_t handle, const at::Tensor& src_in, const at::Tensor& start_in) {
-  Model& m = model_of(handle);
+  Model& m = registry.get(handle);
   auto src = src_in.to(at::kLong).contiguous();
   auto start = start_in.to(at::kLong).contiguous();
   const int64_t rows = src.size(0), G = src.size(1);
@@ -293,8 +278,7 @@ void qwen3_native_compact(int64_t handle, const at::Tensor& src_in, const at::Te
 }
 
 void qwen3_native_free(int64_t handle) {
-  std::lock_guard<std::mutex> hold(registry_lock);
-  if (handle >= 0 && handle < static_cast<int64_t>(registry.size())) registry[handle].reset();
+  registry.drop(handle);
 }
 
 TORCH_LIBRARY_FRAGMENT(ecospec, m) {
