@@ -6,7 +6,8 @@ step in seconds (`analysis.cost.VerifyProfile`):
 For each engine: verify passes of the model's MoE layers over blocks of several sizes and unique-expert counts,
 with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (`analysis.cost.fit_verify`); the
 AR step at γ = 1, E = k; and, for the embedded default, one head pass of each draft shape (a tree level of top-k
-rows, a chain's single row) and the predictor's pass, timed in real decodes of held-out prompts on that engine.
+rows, a chain's single row) and the predictor's pass, timed in real decodes of held-out prompts on that engine
+(every step but each decode's first, whose head and predictor passes take the prompt once).
 Written to `$ECOSPEC_CACHE/profiles/<model>-<engine>-<dtype>-<processor>.json` with its hash; no part of any
 cell's identity. A method that needs one and finds none stops naming this command (`analysis.profiles`). On a GPU the
 verify passes are timed with CUDA events (`verify_latency`); the head and predictor passes need the model's
@@ -161,11 +162,12 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
                     out["routes"].append(torch.tensor([st.trace.routes for st in res.steps]).squeeze(2))
                 if warm:
                     continue
+                decode = res.steps[1:]  # the first step's head and predictor passes take the prompt, once a prompt
                 if dr is not None:
                     head = heads.setdefault(shape, [0, 0.0])
-                    head[0] += sum(st.drafted_depth for st in res.steps)
-                    head[1] += sum(st.t_draft for st in res.steps)
-                out["pred"] += [st.t_pred for st in res.steps] if pred is not None else []
+                    head[0] += sum(st.drafted_depth for st in decode)
+                    head[1] += sum(st.t_draft for st in decode)
+                out["pred"] += [st.t_pred for st in decode] if pred is not None else []
                 out["ar"] += [st.t_total for st in res.steps] if dr is None else []
                 if shape != "tree":
                     out["steps"] += [(st.verified, sum(st.experts) / len(st.experts), st.t_verify) for st in res.steps]
@@ -218,9 +220,9 @@ def _batched(target, tokenizer, drafter, tokens: int, gammas, engine: str, batch
             if i == 0:
                 continue
             full = [s for s in res.steps if s.sequences == b]
-            if shape == "tree":
-                heads[0] += 3 * len(res.steps)  # the configured tree's depth, every pass
-                heads[1] += sum(s.t_draft for s in res.steps)
+            if shape == "tree":  # the configured tree's depth, every pass but the first (the prompts')
+                heads[0] += 3 * (len(res.steps) - 1)
+                heads[1] += sum(s.t_draft for s in res.steps[1:])
             else:
                 steps += [(s.verified // b, sum(s.experts) / len(s.experts), s.t_verify) for s in full]
         by_batch[str(b)] = {
