@@ -375,17 +375,22 @@ def test_compiled_cell_decodes_as_the_eager_one(cell):
 
 @pytest.mark.compiled
 def test_compiled_batched_cell_decodes_as_the_eager_one(cell):
-    """An AR cell at batch_size=2 with engine=compiled prepares its target for two rows before the clock starts and
-    gives the eager cell's tokens, prompt by prompt."""
-    recs = {}
-    for engine in ("eager", "compiled"):
-        cfg, cell_dir = cell("model.dtype=float64", f"engine={engine}", "method=ar", "batch_size=2")
-        recs[engine] = run_cell(cfg, cell_dir)
-        assert recs[engine]["status"] == "ok", recs[engine].get("traceback")
-    tokens = {engine: [r["tokens"] for r in rec["prompts"]] for engine, rec in recs.items()}
-    assert tokens["compiled"] == tokens["eager"] and all(tokens["eager"])
-    env = recs["compiled"]["env"]
-    assert env["engine"] == "compiled" and env["native_parts"] == ["target"] and env["compiled_shapes"] == [[1, 512]]
+    """AR, EAGLE-3 and EcoSpec (its draft model and predictor) cells at batch_size=2 with engine=compiled prepare
+    their target (and the head and the predictor, a native copy per sequence) for two rows before the clock starts
+    and give the eager cells' tokens, prompt by prompt."""
+    methods = {"ar": ["target"], "eagle3": ["eagle3_head", "target"], "ecospec": ["predictor", "target"]}
+    for method, parts in methods.items():
+        recs = {}
+        for engine in ("eager", "compiled"):
+            cfg, cell_dir = cell("model.dtype=float64", f"engine={engine}", f"method={method}", "batch_size=2")
+            recs[engine] = run_cell(cfg, cell_dir)
+            assert recs[engine]["status"] == "ok", recs[engine].get("traceback")
+        tokens = {engine: [r["tokens"] for r in rec["prompts"]] for engine, rec in recs.items()}
+        assert tokens["compiled"] == tokens["eager"] and all(tokens["eager"]), method
+        env = recs["compiled"]["env"]
+        assert env["engine"] == "compiled" and env["native_parts"] == env["compiled_parts"] == parts, method
+        if method == "ar":
+            assert env["compiled_shapes"] == [[1, 512]]
 
 
 def test_cell_record_has_the_issue_keys_and_is_lossless(cell):

@@ -331,12 +331,14 @@ def test_compiled_engine_with_an_eagle3_head():
 
 @pytest.mark.compiled
 def test_compiled_batch_with_an_eagle3_head_and_a_predictor():
-    """At B > 1 the compiled target feeds each row's hidden states to the EAGLE-3 head and a learned predictor (both
-    eager: their graphs are one sequence's): each sequence's tokens, α and the passes' E equal the eager engine's,
-    greedy and (same seeds) sampled."""
+    """At B > 1 the compiled target feeds each row's hidden states to the EAGLE-3 head and a learned predictor (a
+    native copy of each per sequence, `engine.per_row`): each sequence's tokens, α and the passes' E equal the eager
+    engine's, greedy and (same seeds) sampled, and with a sequence that stops early (the others' copies stay with
+    their sequences)."""
 
     import ecospec
     from ecospec.engine.compiled import prepare
+    from ecospec.engine.per_row import PerRow
 
     target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float64)
     cfg = target.config
@@ -345,10 +347,14 @@ def test_compiled_batch_with_an_eagle3_head_and_a_predictor():
     gen = torch.Generator().manual_seed(11)
     prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=gen) for n in (16, 7, 11)]
     prepared = prepare(target, gamma=4, max_len=64, rows=3, hidden_layers=drafter.hidden_layers)
-    for temperature, selector, pred in (
-        (0.0, "confidence", None),
-        (0.0, "ecospec", predictor),
-        (1.0, "ecospec", predictor),
+    parts = prepared.prepare_parts(drafter, predictor, gamma=4, depth=3, topk=2, predicted=True)
+    assert all(isinstance(p, PerRow) and len(p.parts) == 3 and p.static.native for p in parts)
+    stop = None
+    for temperature, selector, pred, eos in (
+        (0.0, "confidence", None, []),
+        (0.0, "ecospec", predictor, []),
+        (1.0, "ecospec", predictor, []),
+        (0.0, "ecospec", predictor, "stop"),
     ):
         kw = dict(
             drafter=drafter,
@@ -356,16 +362,22 @@ def test_compiled_batch_with_an_eagle3_head_and_a_predictor():
             predictor=pred,
             gamma=4,
             max_new_tokens=16,
-            eos_token_id=[],
+            eos_token_id=[stop] if eos else [],
             temperature=temperature,
             seed=[3, 4, 5],
         )
         eager = ecospec.generate_batch(target, prompts, **kw)
         compiled = ecospec.generate_batch(target, prompts, engine=prepared, **kw)
         for e, c in zip(eager.results, compiled.results, strict=True):
-            assert c.tokens == e.tokens, (temperature, selector)
+            assert c.tokens == e.tokens, (temperature, selector, eos)
             assert [s.accepted for s in c.steps] == [s.accepted for s in e.steps]
         assert [s.experts for s in compiled.steps] == [s.experts for s in eager.steps]
+        if stop is None:  # the middle sequence's 4th token, new to it there: it stops before the others
+            tokens = eager.results[1].tokens
+            stop = next(t for i, t in enumerate(tokens[3:], 3) if t not in tokens[:i])
+        elif eos:
+            lengths = [len(r.tokens) for r in compiled.results]
+            assert lengths[1] < 16 and min(lengths) < max(lengths), lengths
 
 
 @pytest.mark.compiled

@@ -117,17 +117,15 @@ class CompiledTarget:
         self, drafter, predictor, *, gamma: int, depth: int, topk: int, predicted: bool, depths: tuple[int, ...] = ()
     ):
         """The EAGLE-3 head's draft steps (for each tree depth in `depths` too) and the expert predictor's pass
-        compiled too (a draft model, the oracle and a method without a predictor keep theirs). A batch keeps both
-        eager: their graphs are one sequence's."""
+        compiled too (a draft model, the oracle and a method without a predictor keep theirs). A batch runs a native
+        copy of each per sequence (`engine.per_row`), or keeps them eager where the native passes do not run."""
         from ecospec.engine.static_eagle3 import prepare_drafter
         from ecospec.engine.static_predictor import prepare_predictor
 
-        if self.rows > 1:
-            return drafter, predictor
-
-        drafter = prepare_drafter(drafter, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len, depths=depths)
+        shape = {"gamma": gamma, "depth": depth, "topk": topk, "max_len": self.max_len, "rows": self.rows}
+        drafter = prepare_drafter(drafter, **shape, depths=depths)
         if predicted:
-            predictor = prepare_predictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=self.max_len)
+            predictor = prepare_predictor(predictor, **shape)
         return drafter, predictor
 
     def _check_room(self, n: int) -> None:

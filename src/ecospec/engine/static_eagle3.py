@@ -24,24 +24,50 @@ from torch import nn
 
 from ecospec.engine.graphs import compile_method, prepared_on, visible_slots, weights_key
 from ecospec.engine.norm import rms_norm
+from ecospec.engine.per_row import PerRow
 from ecospec.engine.rows import moved
 from ecospec.engine.tree import DraftTree, missing_levels
 
 
-def native_runs(static, hidden_act: str) -> bool:
-    """Whether the native head (kernels/eagle3_step.cpp) runs `static` (a `StaticEagle3`): float32 or float64 on the
-    CPU, a SiLU MLP, every weight in the head's dtype; `static.native` None asks, True insists, False declines."""
-    dtype = static.k_cache.dtype
-    here = (
-        static.k_cache.device.type == "cpu"
+def head_is_native(drafter) -> bool:
+    """Whether the native head (kernels/eagle3_step.cpp) can run `drafter`'s EAGLE-3 head: float32 or float64 on the
+    CPU, a SiLU MLP, every weight (and the embedding) in the head's dtype."""
+    head = drafter.head
+    dtype = head.dtype
+    return (
+        head.device.type == "cpu"
         and dtype in (torch.float32, torch.float64)
-        and hidden_act == "silu"
-        and all(t.dtype == dtype for name, t in static.w.items() if name != "d2t")
+        and head.config.hidden_act == "silu"
+        and all(t.dtype == dtype for name, t in head.named_parameters() if not name.endswith("d2t"))
+        and drafter.embed.weight.dtype == dtype
     )
-    if static.native and not here:
-        raise ValueError("the native EAGLE-3 head runs a SiLU head in float32 or float64 on the CPU")
-    static.native = here if static.native is None else static.native
-    return static.native
+
+
+def _weights(drafter) -> dict:
+    """The head's weights as the static step reads them (q/k/v and gate/up stacked: copies, made once per head and
+    version and shared by every prepared copy, `engine.per_row`)."""
+    head, embed = drafter.head, drafter.embed.weight
+    key = ("eagle3_weights", weights_key(head))
+    cache = prepared_on(drafter)
+    if key not in cache:
+        layer = head.midlayer
+        attn, mlp = layer.self_attn, layer.mlp
+        with torch.no_grad():
+            cache[key] = {
+                "fc": head.fc.weight,
+                "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                "o": attn.o_proj.weight,
+                "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                "down": mlp.down_proj.weight,
+                "hidden_norm": layer.hidden_norm.weight,
+                "input_ln": layer.input_layernorm.weight,
+                "post_ln": layer.post_attention_layernorm.weight,
+                "norm": head.norm.weight,
+                "lm_head": head.lm_head.weight,
+                "d2t": head.d2t,
+                "embed": embed.to(device=head.device) if embed.device != head.device else embed,
+            }
+    return cache[key]
 
 
 class StaticEagle3(nn.Module):
@@ -49,7 +75,6 @@ class StaticEagle3(nn.Module):
 
     def __init__(self, drafter, max_len: int, window: int, topk: int, native: bool | None = None):
         super().__init__()
-        self.native = native
         head = drafter.head
         c, layer = head.config, head.midlayer
         attn, mlp = layer.self_attn, layer.mlp
@@ -69,25 +94,14 @@ class StaticEagle3(nn.Module):
         cos, sin = attn._cos_sin(torch.arange(max_len, device=dev), dtype)  # the eager head's own RoPE table
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        embed = drafter.embed.weight
-        with torch.no_grad():
-            self.w = {
-                "fc": head.fc.weight,
-                "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                "o": attn.o_proj.weight,
-                "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                "down": mlp.down_proj.weight,
-                "hidden_norm": layer.hidden_norm.weight,
-                "input_ln": layer.input_layernorm.weight,
-                "post_ln": layer.post_attention_layernorm.weight,
-                "norm": head.norm.weight,
-                "lm_head": head.lm_head.weight,
-                "d2t": head.d2t,
-                "embed": embed.to(device=dev) if embed.device != dev else embed,
-            }
+        self.w = _weights(drafter)
         self.input_norm = None if head.input_norm is None else head.input_norm.weight
         self.qk_norm = None if attn.q_norm is None else (attn.q_norm.weight, attn.k_norm.weight)
-        self.handle = self._native_setup() if native_runs(self, c.hidden_act) else None
+        here = head_is_native(drafter)
+        if native and not here:
+            raise ValueError("the native EAGLE-3 head runs a SiLU head in float32 or float64 on the CPU")
+        self.native = here if native is None else native
+        self.handle = self._native_setup() if self.native else None
 
     def _native_setup(self) -> int:
         """Hand the weights, cache, node buffer and rotary tables to the native head once (kernels/eagle3_step.cpp,
@@ -480,18 +494,23 @@ def prepare_drafter(
     max_len: int,
     depths: tuple[int, ...] = (),
     native: bool | None = None,
+    rows: int = 1,
 ):
     """The compiled form of an `Eagle3Drafter` (prepared once per head, weights and shapes); any other drafter
     (a draft model: its own eager forward) and an already compiled one are returned as they are. `native`: None
-    takes the native head where it runs (`native_runs`), False compiles inductor's graphs."""
-    if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3):
+    takes the native head where it runs (`head_is_native`), False compiles inductor's graphs. `rows` > 1: a
+    `PerRow` of native copies, one a sequence; where the native head does not run, the eager drafter itself (its
+    own batched passes)."""
+    if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3 | PerRow):
+        return drafter
+    if rows > 1 and (native is False or not head_is_native(drafter)):
         return drafter
     head = drafter.head
     depths = tuple(sorted({depth, *(d for d in depths if 1 <= d <= depth)}))
-    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights_key(head), depths, native)
+    key = ("eagle3", gamma, depth, topk, max_len, head.dtype, weights_key(head), depths, native, rows)
     cache = prepared_on(drafter)
     if key not in cache:
-        cache[key] = CompiledEagle3(
-            drafter, gamma=gamma, depth=depth, topk=topk, max_len=max_len, depths=depths, native=native
-        )
+        shape = {"gamma": gamma, "depth": depth, "topk": topk, "max_len": max_len, "depths": depths, "native": native}
+        parts = [CompiledEagle3(drafter, **shape) for _ in range(rows)]
+        cache[key] = parts[0] if rows == 1 else PerRow(parts)
     return cache[key]

@@ -25,6 +25,7 @@ from torch import nn
 
 from ecospec.engine.graphs import compile_method, prepared_on, visible_slots, weights_key
 from ecospec.engine.norm import rms_norm
+from ecospec.engine.per_row import PerRow
 from ecospec.engine.routing import pack_bitmasks, unpack_bitmasks
 from ecospec.engine.tree import DraftTree
 
@@ -57,6 +58,14 @@ def _layer_weights(layer) -> dict:
     return w
 
 
+def predictor_is_native(predictor) -> bool:
+    """Whether the native pass (kernels/predictor_step.cpp) can run `predictor`: a SiLU backbone in float32 or float64
+    on the CPU."""
+    here = predictor.device.type == "cpu" and predictor.dtype in (torch.float32, torch.float64)
+    acts = (layer.mlp.act_fn for layer in predictor.backbone.layers)
+    return here and all(isinstance(a, nn.SiLU) or type(a).__name__.startswith("SiLU") for a in acts)
+
+
 class StaticPredictor(nn.Module):
     """The predictor's backbone over a static KV cache ([kv heads, slots, head dim] a layer; `forward` below)."""
 
@@ -86,8 +95,7 @@ class StaticPredictor(nn.Module):
             "head": predictor.head.weight,
             "head_bias": predictor.head.bias,
         }
-        here = dev.type == "cpu" and dtype in (torch.float32, torch.float64)
-        here &= all(isinstance(w["act"], nn.SiLU) or type(w["act"]).__name__.startswith("SiLU") for w in self.weights)
+        here = predictor_is_native(predictor)
         if native and not here:
             raise ValueError("the native predictor runs a SiLU backbone in float32 or float64 on the CPU")
         self.native = here if native is None else native
@@ -262,14 +270,21 @@ class CompiledPredictor:
             raise ValueError("engine=compiled predicts for one sequence at a time (batch size 1)")
 
 
-def prepare_predictor(predictor, *, gamma: int, depth: int, topk: int, max_len: int, native: bool | None = None):
+def prepare_predictor(
+    predictor, *, gamma: int, depth: int, topk: int, max_len: int, native: bool | None = None, rows: int = 1
+):
     """The compiled form of an `ExpertPredictor` (prepared once per predictor and shapes); None, "oracle" and an
     already compiled one are returned as they are. `native`: None takes the native pass where it runs (float32 or
-    float64 on the CPU), False compiles inductor's graph."""
-    if predictor is None or isinstance(predictor, str | CompiledPredictor):
+    float64 on the CPU), False compiles inductor's graph. `rows` > 1: a `PerRow` of native copies, one a sequence;
+    where the native pass does not run, the eager predictor itself (its own batched pass)."""
+    if predictor is None or isinstance(predictor, str | CompiledPredictor | PerRow):
         return predictor
-    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native, weights_key(predictor))
+    if rows > 1 and (native is False or not predictor_is_native(predictor)):
+        return predictor
+    key = ("predictor", gamma, depth, topk, max_len, predictor.dtype, native, weights_key(predictor), rows)
     cache = prepared_on(predictor)
     if key not in cache:
-        cache[key] = CompiledPredictor(predictor, gamma=gamma, depth=depth, topk=topk, max_len=max_len, native=native)
+        shape = {"gamma": gamma, "depth": depth, "topk": topk, "max_len": max_len, "native": native}
+        parts = [CompiledPredictor(predictor, **shape) for _ in range(rows)]
+        cache[key] = parts[0] if rows == 1 else PerRow(parts)
     return cache[key]

@@ -183,9 +183,20 @@ def _decode_batch(
     chat = cfg["model"].get("chat_template", True)
     ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
     drafter = None if ar else comp.drafter
-    # prepared before the clock starts, for the cell's batch size: a smaller last batch runs in its rows
+    # prepared before the clock starts (the head and predictor too), for the cell's batch size: a smaller last
+    # batch runs in its rows
+    session = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
     engine = comp.engine.for_decode(
-        comp.target, drafter, cfg["gamma"], max(map(len, ids)), cfg["max_new_tokens"], rows=cfg["batch_size"]
+        comp.target,
+        drafter,
+        cfg["gamma"],
+        max(map(len, ids)),
+        cfg["max_new_tokens"],
+        predictor=None if ar or method["selector"] not in needing_experts() else comp.predictor,
+        depth=session.draft_shape[0],
+        topk=session.draft_shape[1],
+        depths=session.draft_depths,
+        rows=cfg["batch_size"],
     )
     t0, c0 = clock_now()
     res = ecospec.generate_batch(
