@@ -1,6 +1,7 @@
 """Every compiled artefact under `$ECOSPEC_CACHE` (issue 53): inductor's graphs, its C++ wrappers and its
 precompiled headers, even where `torch._inductor` was imported first (torch then writes its default directory into
-TORCHINDUCTOR_CACHE_DIR); a second process sharing the cache compiles nothing. The wrapper is built apart from the
+TORCHINDUCTOR_CACHE_DIR); a second process sharing the cache compiles nothing, one at another instruction set
+reads nothing. The wrapper is built apart from the
 kernels and checks no input's sizes on each call (`graphs.compile_method`)."""
 
 import json
@@ -39,13 +40,18 @@ def test_compiled_artefacts_stay_under_the_cache(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env.update(ECOSPEC_CACHE=str(cache), TMPDIR=str(tmp))
     runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+    for isa in (None, None, "avx2"):  # twice as the machine runs, then one instruction set down
+        run_env = env if isa is None else dict(env, ATEN_CPU_CAPABILITY=isa)
+        done = subprocess.run([sys.executable, "-c", PROBE], env=run_env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert runs[0]["out"] == runs[1]["out"] == [3.0, 3.0, 3.0]
+    assert runs[0]["out"] == runs[1]["out"] == runs[2]["out"] == [3.0, 3.0, 3.0]
     assert runs[0]["misses"] == 1 and runs[1] == dict(runs[1], hits=1, misses=0)  # the second compiles nothing
-    inductor = cache / "inductor"
+    # another instruction set reads none of the first's graphs: a directory of its own (`graphs.inductor_key`)
+    assert runs[2] == dict(runs[2], hits=0, misses=1)
+    keyed = sorted(p.name for p in (cache / "inductor").iterdir())
+    assert len(keyed) == 2 and keyed[0].endswith("-avx2"), keyed
+    inductor = cache / "inductor" / keyed[1]
     assert any(p.endswith(".so") for p in _files(inductor))  # the C++ wrapper's build
     assert any(p.endswith(".optimized.o") for p in _files(inductor))  # its kernels built apart (at -O3)
     wrappers = [p for p in _files(inductor) if p.endswith(".main.cpp")]

@@ -18,6 +18,20 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ecospec"
 
 
+def cpu_key() -> str:
+    """A short key of this CPU's model and instruction-set flags: what is built for one CPU (the engine's kernels,
+    inductor's graphs) is never loaded on another that shares `$ECOSPEC_CACHE` (a cluster's home directory)."""
+    import platform
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    text = platform.machine() + platform.processor() + "\n".join(lines)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes (hex), read in 1 MiB chunks."""
     h = hashlib.sha256()

@@ -14,10 +14,17 @@ import types
 
 import torch
 
-from ecospec.cache import cache_root
+from ecospec.cache import cache_root, cpu_key
 
 _COUNT = itertools.count()
 _INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def inductor_key() -> str:
+    """The directory under `$ECOSPEC_CACHE/inductor` for this CPU and the instruction set ATen runs at
+    (`ATEN_CPU_CAPABILITY`): inductor's graphs are built for both, and a graph one of them built is never read by
+    the other (an entry only another instruction set reached once gave every logit wrong)."""
+    return f"{cpu_key()}-{torch.backends.cpu.get_cpu_capability().lower()}"
 
 
 def inductor_cache() -> str:
@@ -31,7 +38,7 @@ def inductor_cache() -> str:
 
     current = os.environ.get(_INDUCTOR)
     if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
-        os.environ[_INDUCTOR] = str(cache_root() / "inductor")
+        os.environ[_INDUCTOR] = str(cache_root() / "inductor" / inductor_key())
     chosen = os.environ[_INDUCTOR]
     if hasattr(codecache, "_HEADER_DIR"):  # torch 2.13's name; elsewhere the headers stay where torch puts them
         codecache._HEADER_DIR = os.path.join(chosen, "precompiled_headers")

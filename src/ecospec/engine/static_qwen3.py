@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecospec.cache import cache_root
+from ecospec.cache import cache_root, cpu_key
 from ecospec.engine.graphs import visible_slots
 from ecospec.models.adapters import moe_info
 
@@ -52,21 +52,6 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _cpu_key() -> str:
-    """A short key of this CPU's model and instruction-set flags: a kernel built for one CPU never runs on another
-    that shares `$ECOSPEC_CACHE` (a cluster's home directory)."""
-    import hashlib
-    import platform
-
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))][:2]
-    except OSError:
-        lines = []
-    text = platform.machine() + platform.processor() + "\n".join(lines)
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
 _KERNEL: list = []  # the C++ kernels (`KERNELS`) once built, or the reason they could not be
 
 
@@ -77,7 +62,7 @@ def cpu_kernels():
     if not _KERNEL:
         from torch.utils.cpp_extension import load
 
-        where = cache_root() / "torch_extensions" / f"kernels-{_cpu_key()}"  # -march=native: one build per CPU
+        where = cache_root() / "torch_extensions" / f"kernels-{cpu_key()}"  # -march=native: one build per CPU
         where.mkdir(parents=True, exist_ok=True)
         try:
             _KERNEL.append(
