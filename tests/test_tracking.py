@@ -5,6 +5,7 @@ import struct
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import wandb
 from wandb.proto import wandb_internal_pb2
@@ -228,3 +229,35 @@ def test_expert_load_figure_has_labels():
     assert any(ax.get_ylabel() == "tokens routed" for ax in fig.axes[2:])
     with pytest.raises(ValueError):
         expert_load_figure([], "empty")
+
+
+@pytest.mark.usefixtures("no_release_traces")
+def test_tables_go_to_the_cells_project_as_one_run(no_credentials, tmp_path):
+    """`python -m ecospec.report` with the cells' W&B logger (`--logger cells`, the default): one offline run,
+    job_type tables, in the cells' project, beside the cells' runs, holding each table (its CSV) as a W&B table and
+    each figure as an image; `--logger none`, or cells that logged nothing, make no run."""
+    from ecospec.report.__main__ import main as report
+    from ecospec.report.synthetic import synthetic_records
+
+    records = tmp_path / "experiments"
+    for rec in synthetic_records(150, seed=0):
+        if rec["experiment"] == "table1" and rec["config"]["model"]["name"] != "tiny":
+            rec["config"]["logger"] = dict(WANDB, project="cells-project")
+            write_record(records / rec["experiment"] / rec["cell"], rec)
+    out = tmp_path / "reports"
+    assert report(["--records", str(records), "--out", str(out), "--logger", "none"]) == 0
+    assert not (records / "wandb").exists()
+    assert report(["--records", str(records), "--out", str(out)]) == 0
+    (run_dir,) = (records / "wandb").glob("offline-run-*-tables-*")
+    got = run_contents(run_dir)
+    assert got["run"].project == "cells-project" and got["run"].job_type == "tables" and got["exit_code"] == 0
+    tables = sorted(p.relative_to(out).with_suffix("").as_posix() for p in out.rglob("*.csv"))
+    figures = sorted(p.relative_to(out).with_suffix("").as_posix() for p in out.rglob("*.png"))
+    assert "table01_main" in tables and figures, (tables, figures)
+    summary = got["summary"]
+    assert summary["tables"] == len(tables) and summary["figures"] == len(figures)
+    assert all(summary[key]["_type"] == "table-file" for key in tables)
+    assert all(summary[key]["_type"] == "image-file" for key in figures)
+    (table,) = (run_dir / "files" / "media" / "table").glob("table01_main_*.table.json")
+    rows = json.loads(table.read_text())
+    assert rows["columns"] == list(pd.read_csv(out / "table01_main.csv").columns) and rows["data"]

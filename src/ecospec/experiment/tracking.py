@@ -73,27 +73,37 @@ def log_cell(record: Mapping[str, Any], logger_cfg: Mapping[str, Any], run_dir: 
 def _start_run(record: Mapping[str, Any], logger_cfg: Mapping[str, Any], wandb_dir: Path):
     """`wandb.init` for this cell: online when possible, else offline (warned once per process)."""
     config = record["config"]
-    wandb_dir.mkdir(parents=True, exist_ok=True)
-    init = dict(
-        project=logger_cfg.get("project") or "ecospec",
-        entity=logger_cfg.get("entity"),
-        dir=str(wandb_dir),
+    return start_run(
+        logger_cfg,
+        wandb_dir,
         id=re.sub(r"[^\w.-]", "-", f"{record['experiment']}-{record['cell_id']}"),
         name=record["cell"],
         group=record["experiment"],
         job_type=config["method"]["name"],
         tags=[config[key]["name"] for key in ("model", "method", "dataset")],
         config=dict(config),
+    )
+
+
+def start_run(logger_cfg: Mapping[str, Any], wandb_dir: Path, **run: Any):
+    """`wandb.init` of one run (`run`: its id, name, group, job_type, tags, config) in the logger's project, its
+    files under `wandb_dir`: online when possible, else offline (warned once per process)."""
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    init = dict(
+        project=logger_cfg.get("project") or "ecospec",
+        entity=logger_cfg.get("entity"),
+        dir=str(wandb_dir),
         resume="allow",
         allow_val_change=True,
         reinit="finish_previous",
         settings=wandb.Settings(
             silent=True,
-            console="off",  # no stdout/stderr capture: the cell's own logs stay untouched
+            console="off",  # no stdout/stderr capture: the caller's own logs stay untouched
             init_timeout=float(logger_cfg.get("init_timeout", 20)),
-            x_disable_stats=True,  # the cell has already run; sampling the machine now says nothing
+            x_disable_stats=True,  # the work has already run; sampling the machine now says nothing
             save_code=False,
         ),
+        **run,
     )
     mode = wandb_mode(logger_cfg.get("mode"))
     if mode == "online" and _offline_reason is None:

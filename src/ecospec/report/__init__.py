@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecospec.report import batch_methods_page, demo, engines_page, moe_methods_page
+from ecospec.report.dashboard import chosen_logger, log_tables
 from ecospec.report.fig1a import latency_profiles, load_bench, write_bench_figure
 from ecospec.report.figures import write_figures
 from ecospec.report.frame import sweeps
@@ -31,10 +32,13 @@ from ecospec.report.vllm import build_vllm
 from ecospec.report.write import write_index, write_page, write_table
 
 
-def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None) -> list[Path]:
+def build(
+    records: Iterable[str | Path] = ("experiments",), out_dir: str | Path = "reports", since=None, logger: str = "none"
+) -> list[Path]:
     """Read every result file under `records`, write each table that has cells (md, tex, csv), the pages, the
     figures under `out_dir/figures/` and the index; return the files written. The files a build may write
-    (`outputs.py`) that this one did not are removed; no other file is touched."""
+    (`outputs.py`) that this one did not are removed; no other file is touched. `logger` (`dashboard.LOGGERS`):
+    whether the tables and figures also go to one W&B run (`cells`: where the records' cells logged to W&B)."""
     started = datetime.now(UTC)
     sources = [str(r) for r in records]
     out = Path(out_dir)
@@ -44,9 +48,14 @@ def build(records: Iterable[str | Path] = ("experiments",), out_dir: str | Path 
         costs = model_costs(recs.model_configs, recs.storages)
     gc.freeze()  # and later passes skip it
     try:
-        return _write(recs, costs, sources, out, since, started)
+        written = _write(recs, costs, sources, out, since, started)
     finally:
         gc.unfreeze()
+    logger_cfg = chosen_logger(logger, recs.logger)
+    if logger_cfg is not None:
+        first = Path(sources[0]) if sources else out
+        log_tables(written, out, logger_cfg, Path(logger_cfg.get("dir") or (first if first.is_dir() else first.parent)))
+    return written
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""`python -m ecospec.report [--records DIR ...] [--out DIR] [--since WHEN]` (`make tables`);
+"""`python -m ecospec.report [--records DIR ...] [--out DIR] [--since WHEN] [--logger cells|none|wandb]` (`make
+tables`; the logger: report/dashboard.py);
 `python -m ecospec.report --out DIR --relist` rewrites only the last list of DIR's index, the files beside its tables
 (report/outputs.py's BESIDE), after a page or a study wrote into DIR."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ecospec.report import build
+from ecospec.report.dashboard import LOGGERS
 from ecospec.report.outputs import BESIDE
 from ecospec.report.write import relist
 
@@ -39,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite only the index's list of the other files in --out (after a page or a study wrote one there), "
         "reading no records",
     )
+    ap.add_argument(
+        "--logger",
+        choices=LOGGERS,
+        default="cells",
+        help="also log the tables and figures as one W&B run (job_type tables): cells (default) where the records' "
+        "cells logged to W&B, in their project; wandb always; none never",
+    )
     args = ap.parse_args(argv)
     if args.relist:
         print(relist(Path(args.out), BESIDE))
@@ -52,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(d).exists():
             print(f"no records at {d} (run a sweep first: python run.py -m ...)", file=sys.stderr)
     t0 = time.perf_counter()
-    written = build(args.records, args.out, args.since)
+    written = build(args.records, args.out, args.since, args.logger)
     for path in written:
         print(path)
     print(f"wrote {len(written)} files in {time.perf_counter() - t0:.1f} s (index: {args.out}/README.md)")

@@ -132,6 +132,7 @@ class Records:
     skipped: list[str] = field(default_factory=list)  # unreadable or partial files (warned)
     model_configs: dict[str, dict] = field(default_factory=dict)  # model -> its newest ok record's config.model
     storages: dict[str, dict] = field(default_factory=dict)  # model -> env.storage of its newest ok HF record
+    logger: dict = field(default_factory=dict)  # the newest record's W&B logger setting ({} where none logged there)
 
 
 def _problem(rec) -> str | None:
@@ -266,7 +267,7 @@ def frame_of(rows: list[dict]) -> pd.DataFrame:
 def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
     """Records already in memory (dicts in the result.json schema, each with the path it stands for; None for a
     file that could not be read, already warned about)."""
-    rows, skipped, newest, stored = [], [], {}, {}
+    rows, skipped, newest, stored, logged = [], [], {}, {}, ("", {})
     for rec, path in records:
         if isinstance(rec, dict) and rec.get("kind", "cell") != "cell":
             continue  # a traces or predictor job's record: not a cell of any table
@@ -280,12 +281,15 @@ def records_frame(records: Iterable[tuple[dict | None, str | Path]]) -> Records:
         rows.append(row)
         if row["status"] == "ok" and (row["finished"] or "") >= newest.get(row["model"], ("",))[0]:
             newest[row["model"]] = (row["finished"], rec["config"]["model"])
+        logger = rec["config"].get("logger") or {}
+        if logger.get("name") == "wandb" and (row["finished"] or "") >= logged[0]:
+            logged = (row["finished"] or "", logger)
         storage = (rec.get("env") or {}).get("storage") or {}
         later = (row["finished"] or "") >= stored.get(row["model"], ("",))[0]
         if row["status"] == "ok" and "experts" in storage and later:
             stored[row["model"]] = (row["finished"], storage)  # what loaded (HF cells say; vLLM's do not)
     configs = {name: cfg for name, (_, cfg) in newest.items()}
-    return Records(frame_of(rows), skipped, configs, {name: st for name, (_, st) in stored.items()})
+    return Records(frame_of(rows), skipped, configs, {name: st for name, (_, st) in stored.items()}, logged[1])
 
 
 READ_PARTS = ("expert_load", "trace", "routes")  # of a record's sidecar parts, the ones the report reads
