@@ -33,8 +33,9 @@ def test_report_modules_import_each_other_at_the_top_and_by_public_names():
 
 def test_a_report_loads_no_torch(tmp_path):
     """`make tables` reads result files and counts models from their configs: it never loads torch or transformers
-    (their import is seconds of a report's time), nor wandb where no cell logged to it (report/dashboard.py). The tiny model's records are left out: their routing comparison
-    traces the release once per machine (`tiny.build`), which does load torch."""
+    (their import is seconds of a report's time), nor wandb where no cell logged to it (report/dashboard.py). The
+    tiny model's records are left out: their routing comparison traces the release once per machine (`tiny.build`),
+    which does load torch."""
     from ecospec.experiment.job import write_record
     from ecospec.report.synthetic import iter_records
 
