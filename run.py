@@ -9,8 +9,10 @@ On a laptop (CPU, tiny models, no network):
 
 On a Slurm GPU cluster (real checkpoints by HF id; set your site's partition and account: slurm/README.md):
 
-    python run.py -m model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu
-    python run.py -m experiment=traces model=qwen3 cluster=slurm_gpu   # then experiment=predictor: the predictor
+    python run.py -m experiment=table1 model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu dry_run=true
+    python run.py -m experiment=table1 model=qwen3,gptoss method=eagle3,ecospec cluster=slurm_gpu
+    # Table 1's cells for those models and methods; where a predictor is missing, its traces and predictor jobs
+    # are submitted first and the cells wait for them; dry_run=true prints every job and submits nothing
 
 Each cell writes ${out_dir}/${name}/<cell>/result.json (see ecospec.experiment.records); reruns skip cells
 whose ok record exists (force=true recomputes).
@@ -31,6 +33,11 @@ from ecospec.experiment.dispatch import run_any
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
+    if cfg.get("dry_run"):  # one cell: what it would run (a sweep's plan is printed by its sweeper)
+        from ecospec.experiment.plan import CELLS, Job, describe
+
+        print(describe([Job("cell", CELLS, "", (tuple(HydraConfig.get().overrides.task),), 0, None)]), flush=True)
+        return "planned"
     out_dir = HydraConfig.get().runtime.output_dir
     record = run_any(cfg, out_dir)
     print(one_line(record), flush=True)

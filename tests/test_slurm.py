@@ -149,6 +149,42 @@ def _job_logs(out: Path) -> str:
     return "\n".join(f"---- {p}\n{p.read_text()[-2000:]}" for p in sorted(out.rglob(".submitit/*/*_log.err")))
 
 
+def test_a_sweep_submits_the_predictor_jobs_before_the_cells_that_need_them(slurm_cluster, tmp_path):
+    """The user's command shape on a cluster (`run.py -m ... method=ar,ecospec cluster=slurm`) with no predictor in
+    the store: the sweep submits the model's traces and predictor jobs first and its cells after them (afterok),
+    waits for the cells, and every job ends ok (`experiment.plan`)."""
+    out, env = tmp_path / "exp", _store_env(tmp_path)
+    cmd = [
+        sys.executable,
+        "run.py",
+        "-m",
+        "model=tiny_random",
+        "method=ar,ecospec",
+        "dataset=humaneval",
+        "num_prompts=2",
+        "max_new_tokens=8",
+        "model.predictor.checkpoint=final",
+        "cluster=slurm",
+        f"out_dir={out}",
+        "progress=false",
+        "prerequisites.traces=['num_prompts=30','traces.response_tokens=6']",
+        "prerequisites.predictor=['training.epochs=3','training.window=256','training.lr=1e-3']",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{_job_logs(out)}"
+    submitted = {s: json.loads((out / s / "submitted.json").read_text()) for s in ("traces", "predictor")}
+    assert submitted["predictor"]["after"] == submitted["traces"]["array_job_id"]
+    records = {}
+    for p in out.rglob("result.json"):
+        r = json.loads(p.read_text())
+        records.setdefault(r.get("kind"), []).append(r)
+    assert all(r["status"] == "ok" for rs in records.values() for r in rs), _job_logs(out)
+    (traces,), (predictor,) = records["traces"], records["predictor"]
+    assert sorted(r["config"]["method"]["name"] for r in records["cell"]) == ["ar", "ecospec"]
+    assert traces["finished"] <= predictor["started"]
+    assert all(predictor["finished"] <= r["started"] for r in records["cell"])  # the cells ran after it
+
+
 def test_traces_job_is_one_array_task_per_dataset(slurm_cluster, tmp_path):
     out, env = tmp_path / "exp", _store_env(tmp_path)
     cmd = [

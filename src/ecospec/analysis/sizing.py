@@ -94,9 +94,14 @@ def kv_bytes_per_token(model: dict) -> float:
 def size(name: str, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kernels: bool = True) -> Sizing:
     """GPUs for model `name` on `gpu`, its weights in the format that runs (`kernels`: with transformers' quantized
     kernels, i.e. as stored; without: quantized parts dequantized to bf16)."""
+    return size_model(load_model_config(name), gpu, tokens, usable, kernels)
+
+
+def size_model(model: dict, gpu: str, tokens: int = 8 * 8192, usable: float = 0.9, kernels: bool = True) -> Sizing:
+    """`size` of a model config (conf/model, its `facts`), as a sweep's plan sizes its cells."""
     if gpu not in GPU_MEMORY:
         raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPU_MEMORY)}")
-    model = load_model_config(name)
+    name = model["name"]
     stored = dict(model_cost(model).storage)
     weights = weight_bytes(model, loaded_storage(stored, kernels))
     kv = kv_bytes_per_token(model) * tokens

@@ -70,8 +70,8 @@ class SweepTable(Callback):
         self.started = now()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        if not config.hydra.launcher.get("wait", True):
-            return  # submitted, not run: the jobs write their records when Slurm runs them
+        if config.get("dry_run") or not config.hydra.launcher.get("wait", True):
+            return  # planned only, or submitted and not run: the jobs write their records when Slurm runs them
         text, failed = sweep_table(Path(config.hydra.sweep.dir), since=self.started)
         print(text, flush=True)
         if failed:

@@ -123,6 +123,14 @@ def predictor_path(model: Mapping) -> str | None:
     return str(found) if found is not None else None
 
 
+def missing_predictor(cfg: DictConfig | Mapping) -> bool:
+    """Whether a cell needs a learned predictor that is not there yet (the tiny build ships its own): what a
+    cluster's sweep makes first (`experiment.plan`), and what validation refuses elsewhere."""
+    d = as_dict(cfg)
+    method, model = d["method"], d["model"]
+    return method.get("predictor") == "learned" and model.get("source") != "tiny" and not predictor_path(model)
+
+
 def make_predictor_command(model_name: str) -> str:
     return (
         f"python run.py -m experiment=traces model={model_name} && python run.py -m experiment=predictor "

@@ -1,16 +1,25 @@
-"""`make paper MODEL=qwen3`: from nothing to the paper's Table 1 for one model, as four stages of run.py.
+"""`make paper MODEL=qwen3`: from nothing to the paper's Table 1 for one model, then its tables.
 
-    1. traces     python run.py -m experiment=traces model=M dataset=<the seven>        (one array task per dataset)
-    2. predictor  python run.py -m experiment=predictor model=M                          (one GPU)
+On Slurm (`--cluster slurm|slurm_gpu|<site>`) it is one sweep and one job:
+
+    python run.py -m experiment=table1 model=M cluster=C hydra.launcher.wait=false   (traces -> predictor -> cells)
+    python -m ecospec.report --records <out_dir> --out <reports>                    (a job after the cells: afterany)
+
+The sweep plans what a missing predictor needs (`experiment.plan`): the model's traces array (one task per
+benchmark), its predictor job after it (afterok) and the Table 1 cells after the predictor, all submitted at once;
+the tables job runs when the cells have ended, however they went. The command returns once everything is queued.
+`--dry-run` prints the sweep's plan (its `dry_run=true`) and submits nothing.
+
+With `--cluster local` the stages run here one after another and stop at the first that fails (a laptop's sweep
+refuses a missing predictor instead of planning it):
+
+    1. traces     python run.py -m experiment=traces model=M dataset=<the seven>        (one job per dataset)
+    2. predictor  python run.py -m experiment=predictor model=M
     3. table1     python run.py -m experiment=table1 model=M                             (baseline vs EcoSpec cells)
     4. tables     python -m ecospec.report --records <out_dir> --out <reports>           (make tables)
 
-On Slurm (`--cluster slurm|slurm_gpu|<site>`) every stage is submitted at once without waiting
-(`hydra.launcher.wait=false`), each after the previous one succeeds (`after=<array id>`, a Slurm afterok
-dependency), and the tables job after the grid ends however its cells went (afterany); the command returns once
-everything is queued. With `--cluster local` the stages run here one after another and stop at the first that
-fails. Stages whose results exist are skipped by the jobs themselves (ok records, finished traces, published
-predictors), so running the command again continues where it stopped.
+Work whose results exist is skipped by the jobs themselves (ok records, finished traces, published predictors), so
+running the command again continues where it stopped.
 
     python -m ecospec.experiment.paper --model qwen3 [--cluster slurm_gpu] [--datasets gsm8k,humaneval]
         [--temperatures 0.0] [--out-dir experiments] [--reports reports] [--set KEY=VALUE ...]
@@ -30,10 +39,6 @@ from pathlib import Path
 from ecospec.data import DATASETS
 
 ROOT = Path(__file__).resolve().parents[3]  # where run.py is (an editable install of the repository)
-# What the predictor stage asks of Slurm on the GPU profile: one GPU, not the 8-GPU node a target needs.
-PREDICTOR_RESOURCES = {
-    "slurm_gpu": ["hydra.launcher.gpus_per_node=1", "hydra.launcher.cpus_per_task=16", "hydra.launcher.mem_gb=256"]
-}
 
 
 @dataclass
@@ -43,32 +48,35 @@ class Stage:
 
 
 def stages(a: argparse.Namespace) -> list[Stage]:
-    """The three run.py stages of a model with the command line's choices applied."""
+    """The three run.py stages of a model with the command line's choices applied (`--cluster local`)."""
     datasets = ",".join(a.datasets)
     common = [f"model={a.model}", f"cluster={a.cluster}", f"out_dir={a.out_dir}", *a.set]
     return [
         Stage("traces", ["experiment=traces", f"dataset={datasets}", *common, *a.traces_set]),
-        Stage(
-            "predictor",
-            [
-                "experiment=predictor",
-                f"training.datasets=[{datasets}]",
-                *common,
-                *PREDICTOR_RESOURCES.get(a.cluster, []),
-                *a.predictor_set,
-            ],
-        ),
-        Stage(
-            "table1",
-            [
-                "experiment=table1",
-                f"dataset={datasets}",
-                f"temperature={','.join(a.temperatures)}",
-                *common,
-                *a.table_set,
-            ],
-        ),
+        Stage("predictor", ["experiment=predictor", f"training.datasets=[{datasets}]", *common, *a.predictor_set]),
+        table_stage(a),
     ]
+
+
+def table_stage(a: argparse.Namespace) -> Stage:
+    """The Table 1 sweep; on Slurm it carries the traces' and the predictor's overrides for the jobs it plans."""
+    planned = [
+        f"prerequisites.{kind}=[{','.join(repr(o) for o in extra)}]"
+        for kind, extra in (("traces", a.traces_set), ("predictor", a.predictor_set))
+        if extra and a.cluster != "local"
+    ]
+    args = [
+        "experiment=table1",
+        f"model={a.model}",
+        f"dataset={','.join(a.datasets)}",
+        f"temperature={','.join(a.temperatures)}",
+        f"cluster={a.cluster}",
+        f"out_dir={a.out_dir}",
+        *a.set,
+        *a.table_set,
+        *planned,
+    ]
+    return Stage("table1", args)
 
 
 def _sweep_name(stage: Stage) -> str:
@@ -115,25 +123,19 @@ def submit_tables(a: argparse.Namespace, after: str) -> str:
 
 
 def run_slurm(a: argparse.Namespace) -> int:
-    after = None
-    for stage in stages(a):
-        extra = ["hydra.launcher.wait=false", *([f"after={after}"] if after else [])]
-        submitted = Path(a.out_dir) / _sweep_name(stage) / "submitted.json"
-        submitted.unlink(missing_ok=True)
-        rc = _run([sys.executable, str(ROOT / "run.py"), "-m", *stage.args, *extra], a.dry_run)
-        if a.dry_run:
-            after = f"<{stage.name}>"
-            continue
-        if rc or not submitted.exists():
-            print(
-                f"make paper: stage {stage.name} was not submitted (exit {rc}); nothing after it was", file=sys.stderr
-            )
-            return rc or 1
-        after = json.loads(submitted.read_text())["array_job_id"]
-        print(f"make paper: {stage.name} -> Slurm job array {after}", flush=True)
+    stage = table_stage(a)
+    submitted = Path(a.out_dir) / _sweep_name(stage) / "submitted.json"
+    submitted.unlink(missing_ok=True)
+    extra = ["dry_run=true"] if a.dry_run else ["hydra.launcher.wait=false"]
+    rc = _run([sys.executable, str(ROOT / "run.py"), "-m", *stage.args, *extra], False)
     if a.dry_run:
-        print(f"+ (a Slurm job after {after}) python -m ecospec.report --records {a.out_dir} --out {a.reports}")
-        return 0
+        print(f"+ (a Slurm job after the cells) python -m ecospec.report --records {a.out_dir} --out {a.reports}")
+        return rc
+    if rc or not submitted.exists():
+        print(f"make paper: the Table 1 sweep was not submitted (exit {rc})", file=sys.stderr)
+        return rc or 1
+    after = json.loads(submitted.read_text())["array_job_id"]
+    print(f"make paper: table1 -> Slurm job array {after}", flush=True)
     tables = submit_tables(a, after)
     print(f"make paper: tables -> Slurm job {tables} (writes {a.reports}/ when the grid has ended)", flush=True)
     return 0

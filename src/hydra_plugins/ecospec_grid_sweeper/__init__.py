@@ -77,13 +77,17 @@ class GridSweeper(BasicSweeper):
                     out.append(job)
         return out
 
-    def checked(self, jobs: List[List[str]]) -> List[List[str]]:  # noqa: UP006
-        """The jobs whose config can run. With `missing_data=skip` a job whose benchmark this machine cannot load is
-        dropped, said once per benchmark (no record: nothing ran, and a machine with the data runs it later); each
-        other job that cannot run gets its failed record now and is dropped."""
-        from ecospec.experiment.config import ConfigError, validate_job
+    def checked(self, jobs: List[List[str]]) -> List[tuple]:  # noqa: UP006
+        """The jobs whose config can run, each (overrides, composed config). With `missing_data=skip` a job whose
+        benchmark this machine cannot load is dropped, said once per benchmark (no record: nothing ran, and a
+        machine with the data runs it later); each other job that cannot run gets its failed record now (none on a
+        dry run) and is dropped. On a cluster a cell whose predictor is missing runs after the jobs that make it
+        (`experiment.plan`), so it is not refused for it."""
+        from ecospec.experiment.config import ConfigError, missing_predictor, validate_job
         from ecospec.experiment.dispatch import run_any
+        from ecospec.experiment.plan import Cluster
 
+        slurm = Cluster.of(self.config).slurm
         runnable, skipped = [], {}
         for overrides in jobs:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -92,13 +96,15 @@ class GridSweeper(BasicSweeper):
                 skipped[missing] = skipped.get(missing, 0) + 1
                 continue
             try:
-                validate_job(cfg, awaiting=bool(cfg.get("after")))
+                planned = slurm and cfg.get("job", "cell") == "cell" and missing_predictor(cfg)
+                validate_job(cfg, awaiting=bool(cfg.get("after")) or planned)
             except ConfigError as err:
                 job_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
                 log.error(f"not launched: {' '.join(overrides)}: {err}")
-                run_any(cfg, job_dir)  # validates again and writes the failed record; loads nothing
+                if not self.config.get("dry_run"):
+                    run_any(cfg, job_dir)  # validates again and writes the failed record; loads nothing
                 continue
-            runnable.append(overrides)
+            runnable.append((list(overrides), cfg))
         for name, n in skipped.items():
             if name not in self._said:
                 self._said.add(name)
@@ -120,9 +126,32 @@ class GridSweeper(BasicSweeper):
             self._unavailable[name] = unavailable(name)
         return name if self._unavailable[name] else None
 
-    def run_jobs(self, jobs: List[List[str]], start: int) -> List[Any]:  # noqa: UP006
+    def plan(self, jobs: List[List[str]]) -> List[Any]:  # noqa: UP006
+        """The sweep's plan (`experiment.plan`) of the jobs that can run."""
+        from ecospec.experiment.plan import Cluster, plan
+
         runnable = self.checked(jobs)
         log.info(f"{len(jobs)} distinct jobs, {len(jobs) - len(runnable)} not launched")
+        extra = OmegaConf.to_container(self.config.get("prerequisites") or {}, resolve=True)
+        return plan(runnable, Cluster.of(self.config), self._common(), extra)
+
+    def _common(self) -> List[str]:  # noqa: UP006
+        """The command line's overrides a prerequisite job takes too: where and how to submit, not what to decode."""
+        keep = ("cluster", "out_dir", "logger", "progress", "force", "gpu_type", "gpu_kernels")
+        out = []
+        for o in OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or []:
+            key = str(o).split("=", 1)[0].lstrip("+~")
+            if "," not in str(o) and (key in keep or key.startswith(("hydra.launcher.", "model."))):
+                out.append(str(o))
+        return out
+
+    def run_jobs(self, jobs: List[List[str]], start: int) -> List[Any]:  # noqa: UP006
+        from ecospec.experiment.plan import Cluster
+
+        planned = self.plan(jobs)
+        if Cluster.of(self.config).slurm:
+            return [self._submit(planned, start)] if planned else []
+        runnable = [list(task) for job in planned for task in job.tasks]
         self.overrides = list(self.split_overrides_to_chunks(runnable, self.max_batch_size)) if runnable else []
         self.batch_index = 0  # the basic sweeper's cursor: a second round starts at its own first batch
         returns = []
@@ -134,6 +163,44 @@ class GridSweeper(BasicSweeper):
             start += len(batch)
             returns.append(results)
         return returns
+
+    def _submit(self, planned: List[Any], start: int) -> List[Any]:  # noqa: UP006
+        """Submit a cluster's plan in order: each prerequisite (traces, predictor) as its own `run.py -m` sweep that
+        returns once submitted, then each model's cells as one array after its prerequisites, asking for its GPUs;
+        then wait for the cells (or, wait=false, say where they were submitted)."""
+        ids: Dict[str, str] = {}  # noqa: UP006
+        arrays = []
+        for job in planned:
+            after = ":".join(ids[a] for a in job.after) or self.config.get("after")
+            after = None if after is None else str(after)
+            if job.command:  # a prerequisite: its own sweep
+                ids[job.name] = self._submit_prerequisite(job, after)
+                continue
+            tasks = [list(t) for t in job.tasks]
+            arrays.append(self.launcher.submit(tasks, start, gpus=job.gpus, after=after))
+            start += len(tasks)
+        return self.launcher.finish(arrays)
+
+    def _submit_prerequisite(self, job: Any, after: Optional[str]) -> str:  # noqa: UP045
+        """Submit a planned traces or predictor job (`run.py -m <its command>`, returning once submitted) and return
+        its Slurm array id, from the `submitted.json` its sweep writes."""
+        import json
+        import subprocess
+        import sys
+
+        from ecospec.experiment.paper import ROOT
+
+        cmd = [sys.executable, str(ROOT / "run.py"), "-m", *job.command, "hydra.launcher.wait=false"]
+        cmd += [f"hydra.launcher.gpus_per_node={job.gpus}"] + ([f"after={after}"] if after else [])
+        submitted = Path(str(self.config.out_dir)) / job.kind / "submitted.json"  # the preset's name is its kind
+        submitted.unlink(missing_ok=True)
+        log.info(f"submitting {job.name}: {' '.join(cmd[2:])}")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode or not submitted.exists():
+            raise RuntimeError(f"{job.name} was not submitted (exit {done.returncode}): {done.stderr[-2000:]}")
+        array = json.loads(submitted.read_text())["array_job_id"]
+        log.info(f"{job.name} -> Slurm job array {array}")
+        return array
 
     def extension(self, sweep_dir: Path) -> List[Dict[str, str]]:  # noqa: UP006
         """The grids to run next under `extend`: each grid that sweeps the key, with the next values (none when
@@ -161,6 +228,11 @@ class GridSweeper(BasicSweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         jobs = self.jobs(arguments)
         log.info(f"{len(self.grids)} grids")
+        if self.config.get("dry_run"):
+            from ecospec.experiment.plan import describe
+
+            print(describe(self.plan(jobs)), flush=True)
+            return []
         returns = self.run_jobs(jobs, 0)
         while self.extend:
             grids = self.extension(sweep_dir)

@@ -14,7 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Sequence  # noqa: UP035 - OmegaConf structured configs need typing generics
+from typing import Any, List, Optional, Sequence  # noqa: UP035 - OmegaConf structured configs need typing generics
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
@@ -62,12 +62,16 @@ class EcospecSlurmLauncher(SlurmLauncher):
         super().__init__(**params)
         self.wait = wait
 
-    def _executor(self):
-        """A submitit Slurm executor with this launcher's parameters (generic ones by name, the rest slurm_*)."""
+    def _executor(self, gpus: Optional[int] = None, after: Optional[str] = None):  # noqa: UP045
+        """A submitit Slurm executor with this launcher's parameters (generic ones by name, the rest slurm_*);
+        `gpus` and `after` stand in for the profile's GPUs per node and the sweep's `after` (a sweep's plan)."""
         import submitit
 
         p = dict(self.params)
-        after = self.config.get("after") if self.config is not None else None
+        if gpus is not None:
+            p["gpus_per_node"] = gpus
+        if after is None:
+            after = self.config.get("after") if self.config is not None else None
         if after:
             extra = dict(p.get("additional_parameters") or {})
             extra["dependency"] = f"afterok:{after}"
@@ -81,28 +85,48 @@ class EcospecSlurmLauncher(SlurmLauncher):
         return executor
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:  # noqa: UP006
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
+        return self.finish([self.submit(job_overrides, initial_job_idx)])
+
+    def submit(
+        self,
+        job_overrides: Sequence[Sequence[str]],  # noqa: UP006
+        initial_job_idx: int,
+        gpus: Optional[int] = None,  # noqa: UP045
+        after: Optional[str] = None,  # noqa: UP045
+    ) -> tuple:
+        """Submit one job array (its tasks' overrides); (overrides, submitit jobs, after) for `finish`."""
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         args: List[tuple] = []  # noqa: UP006
         for i, overrides in enumerate(job_overrides):
             idx = initial_job_idx + i
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        jobs = self._executor().map_array(self, *zip(*args, strict=True))
+        jobs = self._executor(gpus, after).map_array(self, *zip(*args, strict=True))
+        if after is None:
+            after = self.config.get("after")
+        return list(job_overrides), jobs, None if after is None else str(after)
+
+    def finish(self, arrays: List[tuple]) -> List[JobReturn]:  # noqa: UP006
+        """Wait for the submitted arrays' results, or (wait=false) write `submitted.json` for a later stage: the
+        arrays' ids joined by ":" (a Slurm dependency list) and return at once."""
         if self.wait:
-            return [job.results()[0] for job in jobs]
-        array = jobs[0].job_id.split("_")[0]
+            return [job.results()[0] for _, jobs, _ in arrays for job in jobs]
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        ids = [jobs[0].job_id.split("_")[0] for _, jobs, _ in arrays]
+        afters = sorted({a for _, _, a in arrays if a})
         submitted = {
-            "array_job_id": array,
-            "job_ids": [job.job_id for job in jobs],
-            "jobs": [" ".join(filter_overrides(o)) for o in job_overrides],
-            "after": None if self.config.get("after") is None else str(self.config.get("after")),
+            "array_job_id": ":".join(ids),
+            "job_ids": [job.job_id for _, jobs, _ in arrays for job in jobs],
+            "jobs": [" ".join(filter_overrides(o)) for overrides, _, _ in arrays for o in overrides],
+            "after": ":".join(afters) if afters else None,
         }
         (sweep_dir / SUBMITTED).write_text(json.dumps(submitted, indent=1))
-        print(f"submitted Slurm job array {array} ({len(jobs)} tasks): {sweep_dir / SUBMITTED}", flush=True)
+        n = sum(len(jobs) for _, jobs, _ in arrays)
+        print(f"submitted Slurm job array {submitted['array_job_id']} ({n} tasks): {sweep_dir / SUBMITTED}", flush=True)
         returns = []
-        for overrides in job_overrides:
-            ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
-            ret.return_value = "submitted"
-            returns.append(ret)
+        for overrides, _, _ in arrays:
+            for o in overrides:
+                ret = JobReturn(overrides=list(o), status=JobStatus.COMPLETED)
+                ret.return_value = "submitted"
+                returns.append(ret)
         return returns
