@@ -135,6 +135,33 @@ def test_adaptive_stops_drafting_while_speculation_does_not_pay(pair):
     assert undrafted > len(res.steps) / 2
 
 
+def test_adaptive_starts_drafting_only_where_it_can_repay_the_catch_up(pair):
+    """Before it drafts, the head (and the predictor) run over every token they have not seen: EcoSpec-Adaptive
+    starts where the best case of the tokens left repays that catch-up (the profile's `t_catchup`), and where it
+    cannot, it drafts nothing at all; a catch-up within a step's own γ tokens costs nothing extra."""
+    from ecospec.methods._rate import drafted_seconds
+
+    cheap = replace(CHEAP, catchup={"head": [0.0, 1e-4], "predictor": [0.0, 0.0]})
+    session = method("ecospec_adaptive").open(6, 3, 2, cheap)
+    d = session.next_depth
+    assert d and cheap.t_catchup(6, 6) == 0.0 and cheap.t_catchup(100, 6) == pytest.approx(0.01)
+    path = min(d, 5)
+    gain = (1 + path) * cheap.ar_step_s - cheap.t_step(drafted_seconds(cheap, d, "tree", session.predicting), path + 1)
+    enough = int(0.01 / gain * (1 + path)) + 1 + path  # tokens left whose best case repays 100 tokens' catch-up
+    assert session.shape(behind=100, left=enough) == (d, 2)
+    assert session.shape(behind=100, left=enough - 2 - path)[0] == 0
+    assert session.shape(behind=6, left=1) == (d, 2) and session.shape(behind=100, left=None) == (d, 2)
+
+    target, drafter, ids = pair  # a catch-up no prompt can repay: the decode never drafts, and is AR's
+    never = replace(CHEAP, catchup={"head": [1.0, 0.0]})
+    kw = dict(gamma=6, max_new_tokens=20, eos_token_id=[])
+    res = ecospec.generate(
+        target, ids, drafter=drafter, selector="ecospec_adaptive", predictor="oracle", profile=never, **kw
+    )
+    assert all(st.drafted_depth == 0 for st in res.steps)
+    assert res.tokens == ecospec.generate(target, ids, **kw).tokens
+
+
 @pytest.mark.compiled
 @pytest.mark.parametrize("selector", ADAPTIVE)
 def test_adaptive_methods_decode_compiled_as_eager(selector):

@@ -20,7 +20,7 @@ class Sometimes(Session):
         super().__init__(*args)
         self.step, self.seen = 0, []
 
-    def shape(self):
+    def shape(self, behind=0, left=None):
         self.step += 1
         return (0, self.topk) if self.step % 3 == 0 else (self.depth, self.topk)
 

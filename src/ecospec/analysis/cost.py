@@ -606,7 +606,7 @@ def fit_latency(
 # -- a verify-cost profile measured on the engine and machine that run the cells -----------------------------------
 
 
-PROFILE_VERSION = 3  # a profile written by another version is made again (`analysis.profiles.load_profile`)
+PROFILE_VERSION = 4  # a profile written by another version is made again (`analysis.profiles.load_profile`)
 
 
 @dataclass(frozen=True)
@@ -640,6 +640,10 @@ class VerifyProfile:
     # passes of B sequences whose longest block is t tokens (a batch runs padded to it), B > 1
     verify_by_batch: dict | None = None
     draft_by_batch: dict | None = None  # str(B) -> seconds of one tree head pass over B sequences, B > 1
+    # "head" / "predictor" -> [seconds, seconds per token]: what a step's drafting (its predictor's pass) costs beyond
+    # its usual passes when the drafter first runs over tokens it has not seen (the prompt, or the steps since it last
+    # drafted), as a line in those tokens
+    catchup: dict | None = None
     version: int = PROFILE_VERSION
 
     def t_verify(self, tokens: int, experts_per_layer: float) -> float:
@@ -655,6 +659,14 @@ class VerifyProfile:
         """The expected unique experts per layer of a block of `tokens` (the largest measured size beyond them)."""
         sizes = sorted(int(t) for t in self.experts_by_tokens)
         return float(self.experts_by_tokens[str(min(tokens, sizes[-1]))])
+
+    def t_catchup(self, tokens: int, gamma: int, predictor: bool = False) -> float:
+        """What drafting costs beyond a step's usual passes when the head (and the predictor) first take `tokens`
+        they have not seen: nothing up to a step's own `gamma`, else the measured line (none measured: nothing)."""
+        if tokens <= gamma or not self.catchup:
+            return 0.0
+        parts = ("head", "predictor") if predictor else ("head",)
+        return sum(max(0.0, a + b * tokens) for a, b in (self.catchup.get(p, (0.0, 0.0)) for p in parts))
 
     def t_step(self, draft_s: float, tokens: int, experts_per_layer: float | None = None) -> float:
         """A whole SD step: the loop's overhead, drafting `draft_s`, and a verify pass of `tokens` (with

@@ -127,7 +127,7 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
     runs = [("tree", "ecospec", drafter, g), ("ar", "confidence", None, g)]  # AR on the tree's target, as in a cell
     runs += [("chain", "chain", drafter, gamma) for gamma in gammas]
     cell = CellEngine(engine)
-    out: dict = {"pred": [], "ar": [], "routes": [], "steps": []}
+    out: dict = {"pred": [], "ar": [], "routes": [], "steps": [], "catchup": {"head": [], "predictor": []}}
     heads: dict[str, list[float]] = {}  # shape -> [passes, seconds]
     for shape, selector, dr, gamma in runs:
         session = ecospec.methods.method(selector).open(g, 3, 2)
@@ -163,6 +163,11 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
                 if warm:
                     continue
                 decode = res.steps[1:]  # the first step's head and predictor passes take the prompt, once a prompt
+                if dr is not None:  # the first step's catch-up: the prompt's tokens, the first step's passes
+                    first, seen = res.steps[0], p.shape[1] + 1
+                    out["catchup"]["head"].append((seen, first.t_draft, first.drafted_depth, shape))
+                    if pred is not None:
+                        out["catchup"]["predictor"].append((seen, first.t_pred))
                 if dr is not None:
                     head = heads.setdefault(shape, [0, 0.0])
                     head[0] += sum(st.drafted_depth for st in decode)
@@ -172,6 +177,11 @@ def _decodes(engine: str, prompts: int, tokens: int, gammas) -> dict:
                 if shape != "tree":
                     out["steps"] += [(st.verified, sum(st.experts) / len(st.experts), st.t_verify) for st in res.steps]
     out["draft"] = {shape: seconds / max(passes, 1) for shape, (passes, seconds) in heads.items()}
+    pred_s = sum(out["pred"]) / len(out["pred"]) if out["pred"] else 0.0
+    out["catchup"] = {
+        "head": fit_catchup([(m, t - d * out["draft"][shape]) for m, t, d, shape in out["catchup"]["head"]]),
+        "predictor": fit_catchup([(m, t - pred_s) for m, t in out["catchup"]["predictor"]]),
+    }
     sizes = sorted({q for q, _, _ in out["steps"]})
     out["by_tokens"] = {
         str(q): [
@@ -234,6 +244,15 @@ def _batched(target, tokenizer, drafter, tokens: int, gammas, engine: str, batch
         }
         draft[str(b)] = heads[1] / max(heads[0], 1)
     return by_batch, draft
+
+
+def fit_catchup(points) -> list[float]:
+    """[seconds, seconds per token] of a drafting step's extra time `points` ((tokens the drafter had not seen,
+    seconds beyond its usual passes) each) as a line in those tokens; [0, 0] without two lengths to fit."""
+    if len({m for m, _ in points}) < 2:
+        return [0.0, 0.0]
+    slope, intercept, _ = fit_line([m for m, _ in points], [t for _, t in points])
+    return [intercept, slope]
 
 
 def fit_steps(steps, per_expert_layer_s: float, layers: int) -> tuple[float, float, float]:
@@ -305,6 +324,7 @@ def measure(
         experts = window_experts(dec["routes"], cost.num_experts, sizes)
         by_tokens = dec["by_tokens"]
         by_batch, draft_by_batch = dec.get("by_batch"), dec.get("draft_by_batch")
+        catchup = dec["catchup"]
         parts = (
             f"per expert: bench.verify_latency's forced routing ({len(records)} passes); per token and "
             f"intercept (and verify_by_tokens, which t_verify uses): the verify phases of {n} real steps "
@@ -313,7 +333,7 @@ def measure(
         )
     else:
         ar_step, overhead, draft, pred, by_tokens = ar_pass, max(0.0, ar_pass - fit_ar), {}, None, None
-        by_batch = draft_by_batch = None
+        by_batch = draft_by_batch = catchup = None
         experts = {str(t): independent_experts(cost.num_experts, cost.top_k, t) for t in sizes}
         parts = (
             f"bench.verify_latency's forced routing, {n} points (the embedded default adds real decodes: "
@@ -340,6 +360,7 @@ def measure(
         verify_by_tokens=by_tokens,
         verify_by_batch=by_batch,
         draft_by_batch=draft_by_batch,
+        catchup=catchup,
     )
     body = asdict(profile)
     path = profiles_dir() / f"{profile.key}.json"

@@ -234,7 +234,11 @@ def decode(
             timer.start()
             # 1. Draft each sequence's tree as deep as its method asks this step (depth 0: none): the batch drafts
             # to the deepest, and each tree is cut to its own depth.
-            shapes = [sessions[s].shape() for s in active] if drafter is not None else [(0, 0)] * len(active)
+            shapes = (
+                [sessions[s].shape(len(new_tokens[s]), max_new_tokens - len(out.results[s].tokens)) for s in active]
+                if drafter is not None
+                else [(0, 0)] * len(active)
+            )
             d, k = step_shape(shapes)
             trees = [DraftTree() for _ in active]
             if d:

@@ -31,8 +31,11 @@ class Session:
         decide that a pass costs more than it can save."""
         return self.spec.predictor is not None
 
-    def shape(self) -> tuple[int, int]:
-        """(depth, top-k) of this step's draft tree; depth 0 drafts nothing (the step verifies the root alone)."""
+    def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
+        """(depth, top-k) of this step's draft tree; depth 0 drafts nothing (the step verifies the root alone).
+        `behind`: the tokens the drafter has not seen yet, which a step that drafts first runs it over (the prompt
+        and the root at the first step; after steps that drafted nothing, their tokens too); `left`: the tokens the
+        sequence may still produce (None: unknown)."""
         return self.depth, self.topk
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:

@@ -33,7 +33,7 @@ class CascadeSession(Session):
     def draft_depths(self) -> tuple[int, ...]:
         return tuple(range(1, self.gamma))
 
-    def shape(self) -> tuple[int, int]:
+    def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
         return self.k, 1
 
     def observe(self, accepted: int, verified: int) -> None:

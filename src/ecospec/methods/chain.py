@@ -11,7 +11,7 @@ class ChainSession(Session):
     def draft_shape(self) -> tuple[int, int]:
         return self.gamma - 1, 1
 
-    def shape(self) -> tuple[int, int]:
+    def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
         return self.draft_shape
 
 

@@ -12,7 +12,12 @@ tokens per second is verified; none makes the step an AR step. Three more decisi
   deepest drafted was best, up to the configured depth);
 - when the best rate, both this step's and its average over the prompt's drafting steps (an exponential average,
   half each step), is below an AR step's, the next steps draft nothing (`FIRST_SKIP`, then `GROWTH` times as many
-  ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay.
+  ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay;
+- a step drafts only where drafting could repay what it costs to start: before it drafts, the head (and the
+  predictor) run over every token they have not seen (the prompt at the first step, the tokens of the steps that
+  drafted nothing since), priced by the profile's `t_catchup`; at best each step left in the prompt gains what a
+  step of the depth it would draft gains over AR steps when every drafted token is accepted, and a catch-up those
+  steps cannot repay is not started.
 The expected tokens are 1 + the sum of c_d x P over the verified nodes, c_d the prompt's own calibration at the node's
 depth d so far: how often its speculative steps' accepted paths reached depth d over the P they put there (`PRIOR`
 steps of trust in P to start). The drafter's P is fitted to greedy acceptance over all depths; deep nodes and
@@ -57,11 +62,25 @@ class AdaptiveSession(Session):
     def wants_experts(self) -> bool:
         return self.predicting
 
-    def shape(self) -> tuple[int, int]:
+    def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
         if self.skip_left or not self.next_depth:
             self.skip_left = max(0, self.skip_left - 1)
             return 0, self.topk
+        if not self._repays(behind, left):
+            return 0, self.topk
         return self.next_depth, self.topk
+
+    def _repays(self, behind: int, left: int | None) -> bool:
+        """Whether drafting now could repay its catch-up over the `behind` unseen tokens (`shape`): at best every
+        step of the `left` tokens gains what a fully accepted step of the next depth gains over AR steps."""
+        cost = self.cost
+        catchup = 0.0 if cost is None else cost.t_catchup(behind, self.gamma, predictor=self.predicting)
+        if not catchup or left is None:
+            return True
+        path = min(self.next_depth, self.gamma - 1)
+        drafted = drafted_seconds(cost, self.next_depth, "tree", predictor=self.predicting)
+        gain = (1 + path) * cost.ar_step_s - cost.t_step(drafted, path + 1)
+        return gain * left / (1 + path) > catchup
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         if self.predicting:
