@@ -54,11 +54,6 @@ BESIDE = (
         "python -m ecospec.report.moe_methods --records experiments/moe_methods --out DIR",
     ),
     Beside(
-        (f"native/{MOE_METHODS}.md",),
-        f"{MOE_METHODS_TITLE}, rerun after the compiled engine took its native steps on the CPU (docs/engine.md)",
-        "python -m ecospec.report.moe_methods --records experiments/moe_methods --out DIR/native",
-    ),
-    Beside(
         (f"{BATCH_METHODS}.md", f"{FIGURES}/{BATCH_FIGURE}_*"),
         f"{BATCH_METHODS_TITLE} (`experiment=batch_methods`) and its figures",
         "python -m ecospec.report.batch_methods --records experiments/batch_methods --out DIR",
