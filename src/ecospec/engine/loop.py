@@ -217,8 +217,11 @@ def decode(
         roots = [first_token(last[b : b + 1].float(), temperature, top_p, gens[b]) for b in range(len(prompts))]
         t = timer.stop("prefill")
         out.t_prefill, out.t_prefill_cpu = t["total"], t["cpu"]
-        hidden_new = hidden_new or [None] * len(prompts)
-        new_tokens = [torch.cat([p, p.new_tensor([r])]) for p, r in zip(prompts, roots, strict=True)]  # unseen
+        # what each drafter has not seen yet, piece by piece (joined once, when it drafts: steps that draft nothing
+        # only append their tokens and features)
+        hidden_new = [None if h is None else [h] for h in hidden_new or [None] * len(prompts)]
+        new_tokens = [[torch.cat([p, p.new_tensor([r])])] for p, r in zip(prompts, roots, strict=True)]
+        unseen = [len(t[0]) for t in new_tokens]
         active = list(range(len(prompts)))  # the sequences in the batch, in row order
         priced_for = 1  # the batch size the sessions price their passes at (`VerifyProfile.at_batch`)
         keep = [r for r, s in enumerate(active) if not commit(out.results[s].tokens, [roots[s]], eos, max_new_tokens)]
@@ -235,15 +238,15 @@ def decode(
             # 1. Draft each sequence's tree as deep as its method asks this step (depth 0: none): the batch drafts
             # to the deepest, and each tree is cut to its own depth.
             shapes = (
-                [sessions[s].shape(len(new_tokens[s]), max_new_tokens - len(out.results[s].tokens)) for s in active]
+                [sessions[s].shape(unseen[s], max_new_tokens - len(out.results[s].tokens)) for s in active]
                 if drafter is not None
                 else [(0, 0)] * len(active)
             )
             d, k = step_shape(shapes)
             trees = [DraftTree() for _ in active]
             if d:
-                feats = None if hidden_new[active[0]] is None else [hidden_new[s] for s in active]
-                root_logp, root_ids = drafter.begin_rows([new_tokens[s] for s in active], feats, k, depth=d)
+                feats = None if hidden_new[active[0]] is None else [joined(hidden_new[s]) for s in active]
+                root_logp, root_ids = drafter.begin_rows([joined(new_tokens[s]) for s in active], feats, k, depth=d)
                 grown = grow_trees(root_logp, root_ids, drafter.expand_rows, d, draft_stop)
                 trees = [t.cut(depth) for t, (depth, _) in zip(grown, shapes, strict=True)]
             timer.mark("draft")
@@ -251,7 +254,7 @@ def decode(
             # 2. Expert sets of the candidates (learned predictor, or the target router for the oracle).
             experts = root_experts = [None] * len(active)
             if d and needs_experts and sessions[active[0]].wants_experts:
-                root_experts, experts = predictor.predict_rows([new_tokens[s] for s in active], trees)
+                root_experts, experts = predictor.predict_rows([joined(new_tokens[s]) for s in active], trees)
             timer.mark("pred")
 
             # 3. The method picks at most gamma-1 nodes per sequence (prefix-closed, ascending so parents precede
@@ -287,13 +290,21 @@ def decode(
                 keep.append(r)
                 roots[s] = bonus
                 if drafter is not None:  # unseen: this step's tokens, after those of steps that drafted none
-                    step_tokens = new_tokens[s].new_tensor(produced)
-                    new_tokens[s] = step_tokens if d else torch.cat([new_tokens[s], step_tokens])
+                    step_tokens = new_tokens[s][0].new_tensor(produced)
+                    new_tokens[s] = [step_tokens] if d else [*new_tokens[s], step_tokens]
+                    unseen[s] = len(produced) if d else unseen[s] + len(produced)
                     h = step_hidden[r]
-                    hidden_new[s] = h if d or hidden_new[s] is None or h is None else torch.cat([hidden_new[s], h])
+                    hidden_new[s] = None if h is None else [h] if d or hidden_new[s] is None else [*hidden_new[s], h]
             out.steps.append(batch_step(t, blocks))
         summarise_passes(out, tgt.take_routes(), passes, num_experts)
     return out
+
+
+def joined(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """The pieces a drafter has not seen, as one tensor (joined in place, once)."""
+    if len(pieces) > 1:
+        pieces[:] = [torch.cat(pieces)]
+    return pieces[0]
 
 
 def leave(active: list[int], keep: list[int], tgt, drafter, predictor) -> list[int]:

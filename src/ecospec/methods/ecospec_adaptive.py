@@ -36,6 +36,7 @@ class AdaptiveSession(Session):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.skip, self.skip_left, self.next_depth, self.rate = FIRST_SKIP, 0, self.depth, None
+        self._gain: tuple = (None, 0.0)  # (profile, depth, predicting) -> a step's best gain per token produced
         # the calibration's sums per depth (index d - 1), and this step's P per depth
         self.expected, self.reached, self.pending = [PRIOR] * self.depth, [PRIOR] * self.depth, [0.0] * self.depth
         cost = self.cost  # None when asked only for its shapes
@@ -77,10 +78,13 @@ class AdaptiveSession(Session):
         catchup = 0.0 if cost is None else cost.t_catchup(behind, self.gamma, predictor=self.predicting)
         if not catchup or left is None:
             return True
-        path = min(self.next_depth, self.gamma - 1)
-        drafted = drafted_seconds(cost, self.next_depth, "tree", predictor=self.predicting)
-        gain = (1 + path) * cost.ar_step_s - cost.t_step(drafted, path + 1)
-        return gain * left / (1 + path) > catchup
+        key = (id(cost), self.next_depth, self.predicting)  # a step's best gain: priced once per profile and depth
+        if self._gain[0] != key:
+            path = min(self.next_depth, self.gamma - 1)
+            drafted = drafted_seconds(cost, self.next_depth, "tree", predictor=self.predicting)
+            gain = (1 + path) * cost.ar_step_s - cost.t_step(drafted, path + 1)
+            self._gain = (key, gain / (1 + path))
+        return self._gain[1] * left > catchup
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         if self.predicting:
