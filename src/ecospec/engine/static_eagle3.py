@@ -28,6 +28,10 @@ from ecospec.engine.per_row import PerRow
 from ecospec.engine.rows import moved
 from ecospec.engine.tree import DraftTree, missing_levels
 
+# A begin of up to this many γ blocks (the tokens of steps that drafted nothing) runs γ at a time through the native
+# step rather than once through the uncompiled tensor code, which costs more below it (docs/engine.md).
+CATCH_UP = 8
+
 
 def head_is_native(drafter) -> bool:
     """Whether the native head (kernels/eagle3_step.cpp) can run `drafter`'s EAGLE-3 head: float32 or float64 on the
@@ -349,6 +353,12 @@ class CompiledEagle3:
             raise ValueError(f"the sequence needs more than the {self.max_len} slots the drafter was prepared for")
         dev, dt = self._feats.device, self._feats.dtype
         tokens = moved(new_tokens[0, new_tokens.shape[1] - m :], dev)
+        if self.static.native and self.gamma < m <= CATCH_UP * self.gamma:  # a few steps' tokens it has not seen
+            g = self.gamma
+            for lo in range(0, (m - 1) // g * g, g):  # γ at a time through the native step, the last block below
+                self._catch_up(tokens[lo : lo + g], new_hidden[0, lo : lo + g])
+            rest = (m - 1) // g * g
+            tokens, new_hidden, m, n = tokens[rest:], new_hidden[:, rest:], m - rest, self.length
         if m <= self.gamma:
             self._feats[:m] = new_hidden[0]
             self._tokens[:m] = tokens
@@ -384,6 +394,17 @@ class CompiledEagle3:
         self.length = n + m
         self._tree, self._node_row = None, {}
         return vals[0], ids[0]
+
+    def _catch_up(self, tokens: torch.Tensor, hidden: torch.Tensor) -> None:
+        """γ committed entries into the cache through one native draft step (its draft is not used)."""
+        g, n = self.gamma, self.length
+        self._feats.copy_(hidden)
+        self._tokens.copy_(tokens)
+        torch.add(self._arange, n, out=self._pos)
+        self._start.fill_(n)
+        block, pick = self._begin_block[g], self._pick[g]
+        self.draft_c(self._feats, self._tokens, self._pos, self._start, block, pick, self._temperatures, 1)
+        self.length = n + g
 
     def begin_rows(self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int, depth=None):
         """`begin` in the decode loop's row form (one row: the compiled drafter drafts one sequence)."""
