@@ -360,21 +360,8 @@ class CompiledEagle3:
             rest = (m - 1) // g * g
             tokens, new_hidden, m, n = tokens[rest:], new_hidden[:, rest:], m - rest, self.length
         if m <= self.gamma:
-            self._feats[:m] = new_hidden[0]
-            self._tokens[:m] = tokens
-            torch.add(self._arange, n, out=self._pos)
-            self._start.fill_(n)
             ahead = self._ahead(depth)
-            vals, ids, beams, logits = self.draft_c(
-                self._feats,
-                self._tokens,
-                self._pos,
-                self._start,
-                self._begin_block[m],
-                self._pick[m],
-                self._temperatures,
-                ahead,
-            )
+            vals, ids, beams, logits = self._draft_block(tokens, new_hidden[0], ahead)
             k = self.topk
             self._drafted = (vals, ids, beams.tolist(), logits, ahead)
             vals, ids, logits = vals[None, :k], ids[None, :k], logits[:1]
@@ -395,16 +382,21 @@ class CompiledEagle3:
         self._tree, self._node_row = None, {}
         return vals[0], ids[0]
 
-    def _catch_up(self, tokens: torch.Tensor, hidden: torch.Tensor) -> None:
-        """γ committed entries into the cache through one native draft step (its draft is not used)."""
-        g, n = self.gamma, self.length
-        self._feats.copy_(hidden)
-        self._tokens.copy_(tokens)
+    def _draft_block(self, tokens: torch.Tensor, hidden: torch.Tensor, depth: int):
+        """One draft step over a block of m <= γ committed entries after the `length` cached ones, drafting `depth`
+        levels ahead: (vals, ids, beams, logits) of `draft_step`."""
+        m, n = len(tokens), self.length
+        self._feats[:m] = hidden
+        self._tokens[:m] = tokens
         torch.add(self._arange, n, out=self._pos)
         self._start.fill_(n)
-        block, pick = self._begin_block[g], self._pick[g]
-        self.draft_c(self._feats, self._tokens, self._pos, self._start, block, pick, self._temperatures, 1)
-        self.length = n + g
+        block, pick = self._begin_block[m], self._pick[m]
+        return self.draft_c(self._feats, self._tokens, self._pos, self._start, block, pick, self._temperatures, depth)
+
+    def _catch_up(self, tokens: torch.Tensor, hidden: torch.Tensor) -> None:
+        """γ committed entries into the cache through one native draft step (its draft is not used)."""
+        self._draft_block(tokens, hidden, 1)
+        self.length += self.gamma
 
     def begin_rows(self, new_tokens: list[torch.Tensor], new_hidden: list[torch.Tensor] | None, topk: int, depth=None):
         """`begin` in the decode loop's row form (one row: the compiled drafter drafts one sequence)."""
