@@ -29,7 +29,6 @@ running the command again continues where it stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -37,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecospec.data import DATASETS
-
-ROOT = Path(__file__).resolve().parents[3]  # where run.py is (an editable install of the repository)
+from ecospec.experiment.plan import ROOT, submit_sweep
 
 
 @dataclass
@@ -124,17 +122,16 @@ def submit_tables(a: argparse.Namespace, after: str) -> str:
 
 def run_slurm(a: argparse.Namespace) -> int:
     stage = table_stage(a)
-    submitted = Path(a.out_dir) / _sweep_name(stage) / "submitted.json"
-    submitted.unlink(missing_ok=True)
-    extra = ["dry_run=true"] if a.dry_run else ["hydra.launcher.wait=false"]
-    rc = _run([sys.executable, str(ROOT / "run.py"), "-m", *stage.args, *extra], False)
     if a.dry_run:
+        rc = _run([sys.executable, str(ROOT / "run.py"), "-m", *stage.args, "dry_run=true"], False)
         print(f"+ (a Slurm job after the cells) python -m ecospec.report --records {a.out_dir} --out {a.reports}")
         return rc
-    if rc or not submitted.exists():
-        print(f"make paper: the Table 1 sweep was not submitted (exit {rc})", file=sys.stderr)
-        return rc or 1
-    after = json.loads(submitted.read_text())["array_job_id"]
+    shown = [sys.executable, str(ROOT / "run.py"), "-m", *stage.args, "hydra.launcher.wait=false"]
+    print("+ " + shlex.join(shown), flush=True)
+    done, after = submit_sweep(stage.args, Path(a.out_dir) / _sweep_name(stage), capture=False)
+    if after is None:
+        print(f"make paper: the Table 1 sweep was not submitted (exit {done.returncode})", file=sys.stderr)
+        return done.returncode or 1
     print(f"make paper: table1 -> Slurm job array {after}", flush=True)
     tables = submit_tables(a, after)
     print(f"make paper: tables -> Slurm job {tables} (writes {a.reports}/ when the grid has ended)", flush=True)

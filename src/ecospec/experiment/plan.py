@@ -16,12 +16,17 @@ refusal of validation.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ecospec.experiment.config import as_dict, missing_predictor
 
+ROOT = Path(__file__).resolve().parents[3]  # where run.py is (an editable install of the repository)
 CELLS, TRACES, PREDICTOR = "cell", "traces", "predictor"
 # What the predictor job asks of a GPU profile: it trains a small backbone, one GPU and a share of the node, not the
 # node a target needs.
@@ -156,3 +161,15 @@ def describe(jobs: list[Job]) -> str:
     n = sum(len(j.tasks) for j in jobs)
     head = f"{len(jobs)} job{'s' * (len(jobs) != 1)}, {n} task{'s' * (n != 1)}, nothing submitted (dry_run=true):"
     return "\n".join([head] + [j.describe() for j in jobs])
+
+
+def submit_sweep(overrides: list[str], sweep_dir: Path, capture: bool = True):
+    """Run `python run.py -m <overrides> hydra.launcher.wait=false`, which submits its Slurm arrays and returns, and
+    return (the finished process, the arrays' ids from the `submitted.json` it wrote in `sweep_dir`, None where
+    nothing was submitted). `capture`: keep its output (else it goes to this process's)."""
+    submitted = Path(sweep_dir) / "submitted.json"
+    submitted.unlink(missing_ok=True)
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, "hydra.launcher.wait=false"]
+    done = subprocess.run(cmd, capture_output=capture, text=True)
+    ok = not done.returncode and submitted.exists()
+    return done, json.loads(submitted.read_text())["array_job_id"] if ok else None

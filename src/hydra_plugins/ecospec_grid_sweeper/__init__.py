@@ -184,21 +184,14 @@ class GridSweeper(BasicSweeper):
     def _submit_prerequisite(self, job: Any, after: Optional[str]) -> str:  # noqa: UP045
         """Submit a planned traces or predictor job (`run.py -m <its command>`, returning once submitted) and return
         its Slurm array id, from the `submitted.json` its sweep writes."""
-        import json
-        import subprocess
-        import sys
+        from ecospec.experiment.plan import submit_sweep
 
-        from ecospec.experiment.paper import ROOT
-
-        cmd = [sys.executable, str(ROOT / "run.py"), "-m", *job.command, "hydra.launcher.wait=false"]
-        cmd += [f"hydra.launcher.gpus_per_node={job.gpus}"] + ([f"after={after}"] if after else [])
-        submitted = Path(str(self.config.out_dir)) / job.kind / "submitted.json"  # the preset's name is its kind
-        submitted.unlink(missing_ok=True)
-        log.info(f"submitting {job.name}: {' '.join(cmd[2:])}")
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode or not submitted.exists():
+        overrides = [*job.command, f"hydra.launcher.gpus_per_node={job.gpus}"] + ([f"after={after}"] if after else [])
+        log.info(f"submitting {job.name}: run.py -m {' '.join(overrides)}")
+        # the preset's sweep name is its kind
+        done, array = submit_sweep(overrides, Path(str(self.config.out_dir)) / job.kind)
+        if array is None:
             raise RuntimeError(f"{job.name} was not submitted (exit {done.returncode}): {done.stderr[-2000:]}")
-        array = json.loads(submitted.read_text())["array_job_id"]
         log.info(f"{job.name} -> Slurm job array {array}")
         return array
 
