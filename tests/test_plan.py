@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAD = re.compile(r"^(\w+(?: \w+)?): (\d+) tasks?, (\d+) GPU a task, (\d+ min|no time limit)(?:, after (.+))?$")
 
 
-def _dry_run(tmp_path: Path, *overrides: str) -> str:
+def _dry_run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ECOSPEC_CACHE": str(tmp_path / "cache")}  # an empty store: no predictor is there yet
     cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, f"out_dir={tmp_path / 'exp'}", "dry_run=true"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def _jobs(out: str) -> dict[str, dict]:
@@ -37,7 +37,8 @@ def _jobs(out: str) -> dict[str, dict]:
 
 
 def test_the_users_command_plans_table1_with_its_predictors_and_gpus(tmp_path):
-    out = _dry_run(tmp_path, "experiment=table1", "model=qwen3,gptoss", "method=eagle3,ecospec", "cluster=slurm_gpu")
+    args = ("experiment=table1", "model=qwen3,gptoss", "method=eagle3,ecospec", "cluster=slurm_gpu")
+    out = _dry_run(tmp_path, *args).stdout
     assert "nothing submitted (dry_run=true)" in out
     jobs = _jobs(out)
     order = list(jobs)
@@ -65,19 +66,7 @@ def test_the_users_command_plans_table1_with_its_predictors_and_gpus(tmp_path):
 def test_a_laptop_plans_its_cells_and_still_refuses_a_missing_predictor(tmp_path):
     """Hydra's basic launcher: one job of cells, no traces or predictor jobs; a cell whose predictor is missing is
     not launched, with validation's one line naming the command that makes it."""
-    env = {**os.environ, "ECOSPEC_CACHE": str(tmp_path / "cache")}
-    cmd = [
-        sys.executable,
-        str(ROOT / "run.py"),
-        "-m",
-        "model=tiny_random",
-        "method=ar,ecospec",
-        "model.predictor.checkpoint=final",
-        f"out_dir={tmp_path / 'exp'}",
-        "dry_run=true",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _dry_run(tmp_path, "model=tiny_random", "method=ar,ecospec", "model.predictor.checkpoint=final")
     jobs = _jobs(done.stdout)
     assert list(jobs) == ["cells"] and jobs["cells"]["tasks"] == 1 and "method=ar" in jobs["cells"]["lines"][0]
     said = done.stdout + done.stderr
@@ -105,6 +94,6 @@ def test_a_traces_sweep_plans_no_prerequisites_of_its_own(tmp_path):
         "dataset=humaneval,math500",
         "model.predictor.checkpoint=final",
         "cluster=slurm",
-    )
+    ).stdout
     jobs = _jobs(out)
     assert list(jobs) == ["traces tiny_random"] and jobs["traces tiny_random"]["tasks"] == 2, out
