@@ -1,4 +1,5 @@
-"""The methods that price a step in seconds with the verify-cost profile (EVICT, Cascade, EcoSpec-Adaptive): their
+"""The methods that price a step in seconds with the verify-cost profile (EVICT, Cascade, EcoSpec-Adaptive,
+adaptive_verify): their
 decisions follow their rules, they stay token-exact against AR whatever they decide (eager here, compiled under
 the `compiled` marker), and one without a profile is told how to make one."""
 
@@ -11,6 +12,7 @@ import ecospec
 from ecospec.analysis.cost import VerifyProfile
 from ecospec.drafters.draft_model import DraftModelDrafter
 from ecospec.methods import method
+from ecospec.methods._decline import FIRST_SKIP, best_gain
 from ecospec.methods._rate import best_prefix
 from ecospec.methods.cascade import SET_STEPS, TEST_STEPS
 from ecospec.models import perturbed_copy, tiny_model
@@ -213,7 +215,6 @@ def test_adaptive_verify_takes_the_batch_global_top_k_at_its_best_rate():
     budget and prefix-closed, and k is the prefix of that order with the most expected tokens per second (every
     prefix priced, as a brute force over k checks)."""
     from ecospec.engine.tree import DraftTree
-    from ecospec.methods._rate import best_prefix
     from ecospec.methods.adaptive_verify import global_top_k
 
     def chain(*probs):
@@ -240,20 +241,51 @@ def test_adaptive_verify_takes_the_batch_global_top_k_at_its_best_rate():
     assert global_top_k(dear, trees, budget=3) == [[], [], []]  # every token costs an AR step: AR pays best
 
 
-@pytest.mark.parametrize("prof", [CHEAP, DEAR], ids=["cheap", "dear"])
+MID = profile(2e-4)  # a fully accepted tree would pay; EVICT's priced choice mostly verifies the root alone
+
+
+@pytest.mark.parametrize("prof", [CHEAP, MID, DEAR], ids=["cheap", "mid", "dear"])
 def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
+    """Alone it verifies as EVICT does on every step it drafts. Where a step verifies its root alone it drafts
+    nothing for the next `FIRST_SKIP` steps (EVICT drafts on), and where even a fully accepted tree would lose to AR
+    steps it never drafts. In a batch every sequence's tokens are AR's."""
     target, drafter, _ = pair
     gen = torch.Generator().manual_seed(9)
     prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
     kw = dict(drafter=drafter, gamma=6, max_new_tokens=30, eos_token_id=[], profile=prof)
     steps = lambda res: [(st.drafted_depth, st.verified, st.accepted) for st in res.steps]  # noqa: E731
-    alone = ecospec.generate(target, prompts[0][None], selector="adaptive_verify", **kw)
-    assert steps(alone) == steps(ecospec.generate(target, prompts[0][None], selector="evict", **kw))
+    alone = steps(ecospec.generate(target, prompts[0][None], selector="adaptive_verify", **kw))
+    evict = steps(ecospec.generate(target, prompts[0][None], selector="evict", **kw))
+    if prof is CHEAP:  # every step pays: EVICT's steps exactly
+        assert alone == evict and all(d > 0 for d, _, _ in alone)
+    elif prof is MID:
+        assert best_gain(prof, 3, 6) > 0 and alone[0] == evict[0] == (3, 1, 1)
+        assert all(d == 0 for d, _, _ in alone[1 : 1 + FIRST_SKIP]) and alone[1 + FIRST_SKIP][0] == 3
+        assert all(d == 3 for d, _, _ in evict)
+    else:
+        assert best_gain(prof, 3, 6) <= 0 and all(d == 0 for d, _, _ in alone)
     got = ecospec.generate_batch(target, prompts, selector="adaptive_verify", **kw)
     for p, res in zip(prompts, got.results, strict=True):
         assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
     speculating = sum(s.verified > s.sequences for s in got.steps) / len(got.steps)
     assert speculating > 0.5 if prof is CHEAP else speculating < 0.5
+
+
+def test_adaptive_verify_prices_the_best_case_at_the_batch(pair):
+    """The gate reads the batch's prices (`VerifyProfile.at_batch`): a tree that pays alone but whose every row
+    token costs another batched pass drafts alone and never in the batch, and the batch's tokens stay AR's."""
+    target, drafter, _ = pair
+    per_token = {str(q): [0.03 if q == 1 else 0.04 * q, 8.0] for q in range(1, 7)}  # a row's token: a pass more
+    prof = profile(1e-6, overhead=0.01, batch={"2": per_token, "3": per_token})
+    assert best_gain(prof, 3, 6) > 0 >= best_gain(prof.at_batch(3), 3, 6)
+    gen = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
+    kw = dict(drafter=drafter, gamma=6, max_new_tokens=20, eos_token_id=[], profile=prof, selector="adaptive_verify")
+    got = ecospec.generate_batch(target, prompts, **kw)
+    assert all(s.verified == s.sequences for s in got.steps if s.sequences > 1)
+    assert ecospec.generate(target, prompts[0][None], **kw).steps[0].drafted_depth == 3
+    for p, res in zip(prompts, got.results, strict=True):
+        assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=20, eos_token_id=[]).tokens
 
 
 def test_each_sequence_prices_the_batched_pass(pair):

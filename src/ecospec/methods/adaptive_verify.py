@@ -4,11 +4,44 @@ chance that a node and its whole prefix are accepted, estimated by its path prob
 order is a subtree of each tree, and verifies the global top k, k chosen for the most expected tokens per second
 of the whole batched step: the bonus token of every sequence + the sum of the chosen nodes' P, over the drafting
 already done and the profile's verify time for the batch padded to its longest block (`VerifyProfile.t_batch`).
-k = 0 makes the step an AR step for every sequence. At one sequence it is EVICT's rule."""
+k = 0 makes the step an AR step for every sequence. At one sequence it is EVICT's rule.
 
-from ecospec.methods import MethodSpec, register
+Ours beyond vLLM's rule, because the drafting is paid before k is chosen (on a small target the head's passes are a
+large part of a step): a sequence drafts only where a step of the configured tree could beat AR steps at the
+batch's prices if every drafted token on its path were accepted, where that could repay the head's catch-up over the
+tokens it has not seen, and not for a while after a step whose global top k gave it nothing (`_decline.Backoff`), as
+EcoSpec-Adaptive decides. A sequence that drafts nothing verifies its root alone."""
+
+from ecospec.methods import MethodSpec, Session, register
+from ecospec.methods._decline import Backoff, best_gain, repays
 from ecospec.methods._greedy import by_probability
 from ecospec.methods._rate import best_prefix
+
+
+class VerifySession(Session):
+    """Whether a sequence drafts this step (the module docstring); what it verifies is the batch's rule's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backoff, self.drafting, self._gains = Backoff(), False, (None, 0.0)
+
+    def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
+        self.drafting = False
+        if self.cost is None:  # asked only for its shapes
+            return self.depth, self.topk
+        if self.backoff.waiting():
+            return 0, self.topk
+        if self._gains[0] != id(self.cost):  # the batch's prices change with its size: priced once per profile
+            self._gains = (id(self.cost), best_gain(self.cost, self.depth, self.gamma))
+        gain = self._gains[1]
+        if gain <= 0 or not repays(self.cost, gain, behind, left, self.gamma):
+            return 0, self.topk
+        self.drafting = True
+        return self.depth, self.topk
+
+    def observe(self, accepted: int, verified: int) -> None:
+        if self.drafting:
+            (self.backoff.paid if verified > 1 else self.backoff.lost)()
 
 
 def global_top_k(cost, trees, budget: int) -> list[list[int]]:
@@ -50,5 +83,6 @@ SPEC = register(
         order=36,
         cost_model=True,
         batch_rule=global_top_k,
+        session=VerifySession,
     )
 )

@@ -11,8 +11,8 @@ tokens per second is verified; none makes the step an AR step. Three more decisi
   and the next step drafts the depth whose subtree of this step's tree had the best rate (one deeper when the
   deepest drafted was best, up to the configured depth);
 - when the best rate, both this step's and its average over the prompt's drafting steps (an exponential average,
-  half each step), is below an AR step's, the next steps draft nothing (`FIRST_SKIP`, then `GROWTH` times as many
-  ... up to `MAX_SKIP`, until a step pays again): the method declines to speculate where it does not pay;
+  half each step), is below an AR step's, the next steps draft nothing (`_decline.Backoff`: 8, then 64, ... until a
+  step pays again): the method declines to speculate where it does not pay;
 - a step drafts only where drafting could repay what it costs to start: before it drafts, the head (and the
   predictor) run over every token they have not seen (the prompt at the first step, the tokens of the steps that
   drafted nothing since), priced by the profile's `t_catchup`; at best each step left in the prompt gains what a
@@ -25,18 +25,18 @@ sampling accept less, and c_d learns how much less."""
 
 from ecospec.methods import Candidates, MethodSpec, Session, method, register
 from ecospec.methods._candidates import candidates
+from ecospec.methods._decline import Backoff, best_gain, repays
 from ecospec.methods._greedy import greedy_buffered, picks_buffered, picks_static
 from ecospec.methods._rate import best_prefix, drafted_seconds
 
-FIRST_SKIP, GROWTH, MAX_SKIP = 8, 8, 64  # steps that draft nothing after a step that did not pay, and their growth
 PRIOR = 2.0  # the calibration at each depth starts from this much expected acceptance, accepted as expected
 
 
 class AdaptiveSession(Session):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.skip, self.skip_left, self.next_depth, self.rate = FIRST_SKIP, 0, self.depth, None
-        self._gain: tuple = (None, 0.0)  # (profile, depth, predicting) -> a step's best gain per token produced
+        self.backoff, self.next_depth, self.rate = Backoff(), self.depth, None
+        self._gains: tuple = (None, 0.0)  # (profile, depth, predicting) -> a step's best gain per token produced
         # the calibration's sums per depth (index d - 1), and this step's P per depth
         self.expected, self.reached, self.pending = [PRIOR] * self.depth, [PRIOR] * self.depth, [0.0] * self.depth
         cost = self.cost  # None when asked only for its shapes
@@ -45,15 +45,11 @@ class AdaptiveSession(Session):
             return
         saving = cost.per_expert_layer_s * cost.layers * (cost.experts(self.gamma) - cost.experts(1))
         self.predicting = (cost.predictor_pass_s or 0.0) < saving
-        self.depths = tuple(d for d in range(1, self.depth + 1) if self._could_pay(d))
+        self.depths = tuple(d for d in range(1, self.depth + 1) if self._gain(d) > 0)
         self.next_depth = self.depths[-1] if self.depths else 0
 
-    def _could_pay(self, depth: int) -> bool:
-        """Whether a step drafting `depth` levels beats an AR step when all `depth` drafted tokens on its path are
-        accepted (the best case: its other nodes add time, not tokens)."""
-        cost, path = self.cost, min(depth, self.gamma - 1)
-        drafted = drafted_seconds(cost, depth, "tree", predictor=self.predicting)
-        return (1 + path) * cost.ar_step_s > cost.t_step(drafted, path + 1)
+    def _gain(self, depth: int) -> float:
+        return best_gain(self.cost, depth, self.gamma, self.predicting)
 
     @property
     def draft_depths(self) -> tuple[int, ...]:
@@ -64,27 +60,20 @@ class AdaptiveSession(Session):
         return self.predicting
 
     def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
-        if self.skip_left or not self.next_depth:
-            self.skip_left = max(0, self.skip_left - 1)
+        if self.backoff.waiting() or not self.next_depth:
             return 0, self.topk
         if not self._repays(behind, left):
             return 0, self.topk
         return self.next_depth, self.topk
 
     def _repays(self, behind: int, left: int | None) -> bool:
-        """Whether drafting now could repay its catch-up over the `behind` unseen tokens (`shape`): at best every
-        step of the `left` tokens gains what a fully accepted step of the next depth gains over AR steps."""
-        cost = self.cost
-        catchup = 0.0 if cost is None else cost.t_catchup(behind, self.gamma, predictor=self.predicting)
-        if not catchup or left is None:
+        """Whether drafting now could repay its catch-up over the `behind` unseen tokens (`shape`)."""
+        if self.cost is None:
             return True
-        key = (id(cost), self.next_depth, self.predicting)  # a step's best gain: priced once per profile and depth
-        if self._gain[0] != key:
-            path = min(self.next_depth, self.gamma - 1)
-            drafted = drafted_seconds(cost, self.next_depth, "tree", predictor=self.predicting)
-            gain = (1 + path) * cost.ar_step_s - cost.t_step(drafted, path + 1)
-            self._gain = (key, gain / (1 + path))
-        return self._gain[1] * left > catchup
+        key = (id(self.cost), self.next_depth, self.predicting)  # a step's best gain: priced once per profile and depth
+        if self._gains[0] != key:
+            self._gains = (key, self._gain(self.next_depth))
+        return repays(self.cost, self._gains[1], behind, left, self.gamma, self.predicting)
 
     def choose(self, tree, experts, root_experts, budget: int) -> list[int]:
         if self.predicting:
@@ -102,9 +91,9 @@ class AdaptiveSession(Session):
         best_rate = max(r for _, _, r in rates.values())
         self.rate = best_rate if self.rate is None else (self.rate + best_rate) / 2
         if max(self.rate, best_rate) * self.cost.ar_step_s < 1.0:  # slower than AR at every depth, now and lately
-            self.skip_left, self.skip = self.skip, min(GROWTH * self.skip, MAX_SKIP)
+            self.backoff.lost()
         else:
-            self.skip = FIRST_SKIP
+            self.backoff.paid()
         return sorted(order[:n])
 
     def observe(self, accepted: int, verified: int) -> None:
