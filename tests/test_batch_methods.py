@@ -4,6 +4,7 @@ size, where each method stops paying, the goals, and the figure."""
 
 import json
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -69,6 +70,8 @@ def test_cells_become_the_page_with_its_goals_and_figure(tmp_path, monkeypatch):
         "stops paying" in text
         and "- eager, T = 0: every method token-exact against AR at every batch size: yes" in text
     )
+    ar_tpot = rows["AR"].strip("|").split("|")[1:3]  # our TPOT, vLLM's measure: every cell has one
+    assert all(float(x) > 0 for x in ar_tpot), rows["AR"]
     figure = out / "figures" / "fig_batch_methods_eager_T0.png"
     assert figure.exists() and "| B = 1 " in text and "| B = 3 " in text
     # `make tables` writes the same page and figure, indexes them, and keeps the batch cells off moe_methods.md
@@ -91,3 +94,34 @@ def test_a_method_stops_paying_at_the_first_batch_size_below_one():
     assert stops_paying(g) == 4
     assert stops_paying(g.assign(intervals=[None, None, below])) == 2
     assert stops_paying(g.assign(speedup=[1.01, 1.3, 0.98])) is None
+
+
+def test_tpot_leaves_out_the_prefill_and_the_first_token_as_vllm_does():
+    """A sequence alone: its decode time over its tokens after the first; in a batch, every row waits for the
+    batch's passes, so each counts the batch's decode time over the longest output; the mean is over sequences."""
+    from ecospec.experiment.metrics import tpot
+
+    alone = [
+        {"seconds": 1.1, "cpu_seconds": 0.9, "t_prefill_s": 0.1, "t_prefill_cpu_s": 0.05, "n_tokens": 11},
+        {"seconds": 2.0, "cpu_seconds": 2.0, "t_prefill_s": 0.0, "t_prefill_cpu_s": 0.0, "n_tokens": 5},
+    ]
+    assert tpot(alone) == pytest.approx((1.0 / 10 + 2.0 / 4) / 2)
+    assert tpot(alone, clock="thread_cpu") == pytest.approx((0.85 / 10 + 2.0 / 4) / 2)
+    batches = [
+        {"sequences": 3, "longest": 9, "seconds": 1.0, "t_prefill_s": 0.2, "t_prefill_cpu_s": 0.2},
+        {"sequences": 1, "longest": 5, "seconds": 0.5, "t_prefill_s": 0.1, "t_prefill_cpu_s": 0.1},
+    ]
+    assert tpot([], batches) == pytest.approx((3 * 0.8 / 8 + 0.4 / 4) / 4)
+    assert tpot([{k: v for k, v in alone[0].items() if k != "t_prefill_cpu_s"}], clock="thread_cpu") is None
+
+
+def test_the_compiled_engine_is_held_to_vllm_cpu_at_batch_8():
+    from ecospec.report.batch_methods_page import _against_vllm
+
+    facts = {
+        ("compiled", 0.0): {"tpot": {"ar": {8: 3.0}, "eagle3_chain": {8: 5.0}}},
+        ("vllm", 0.0): {"tpot": {"ar": {8: 13.7}, "eagle3_chain": {8: 4.0}}},
+    }
+    (line,) = _against_vllm(facts)
+    assert "AR 3.00 ms against 13.70 ms (yes)" in line and "the chain 5.00 ms against 4.00 ms (no)" in line
+    assert _against_vllm({("compiled", 0.0): facts[("compiled", 0.0)]}) == []

@@ -296,6 +296,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         "hf_tokens_per_s": hf,
         "hf_same": sum(r["hf_same"] for r in timed) / len(timed) if timed and cfg["temperature"] == 0 else None,
         "t_step_s": summary["t_step_s"],
+        "tpot_s": summary["tpot_s"],
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
         "loglik": {f"{r['id']}/{r['turn']}": r["loglik"] for r in rows if "loglik" in r},  # budgeted cells
         "outputs": {f"{r['id']}/{r['turn']}": r["tokens"] for r in rows},
@@ -324,6 +325,7 @@ def _summary(
     s["ar_hf_tokens_per_s"] = ar.get("hf_tokens_per_s")  # None: not timed (batch > 1, ar_peer=none)
     s["ar_hf_same"] = ar.get("hf_same")  # greedy: share of prompts whose HF output equals our AR's (1.0 expected)
     s["ar_t_step_s"] = ar["t_step_s"]
+    s["ar_tpot_s"] = ar.get("tpot_s")  # None: an AR record cached before TPOT was kept
     s["ar_experts_per_layer"] = ar.get("experts_per_layer")
     s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None
     # paper Table 8: AR step time / verify-pass time at the same batch size

@@ -52,6 +52,7 @@ def prompt_row(
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "t_prefill_s": res.t_prefill,
+        "t_prefill_cpu_s": res.t_prefill_cpu,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
         "expert_load": res.expert_load,
@@ -106,6 +107,7 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_se
         "passes": len(steps),
         "verified": sum(s.verified for s in steps),
         "tokens": sum(len(r.tokens) for r in res.results),
+        "longest": max((len(r.tokens) for r in res.results), default=0),  # every row waits for the batch's passes
         **dict(
             zip(
                 ("seconds", "cpu_seconds"),
@@ -114,6 +116,7 @@ def batch_row(n: int, keys: list[str], res, seconds: float, oracle: bool, cpu_se
             )
         ),
         "t_prefill_s": res.t_prefill,
+        "t_prefill_cpu_s": res.t_prefill_cpu,
         **sums,
         "experts_sum": [sum(s.experts[i] for s in steps) for i in range(layers)],
     }
@@ -137,6 +140,23 @@ def row_seconds(row: dict, clock: str = "wall") -> float:
             raise ValueError(f"prompt row {row.get('id')!r} has no cpu_seconds: it was timed before thread_cpu")
         return row["cpu_seconds"]
     return row["seconds"]
+
+
+def tpot(rows: list[dict], batches: list[dict] | None = None, clock: str = "wall") -> float | None:
+    """Seconds per output token after the first, as vLLM counts TPOT (the prefill and its first token left out),
+    averaged over sequences: a sequence's decode time over its tokens after the first; in a batch its batch's decode
+    time over the batch's longest output (every row waits for the batch's passes). None for rows that lack the
+    prefill's time on `clock` (recorded before it was kept)."""
+    units = (
+        [(b, b["sequences"], b.get("longest", 0)) for b in batches]
+        if batches
+        else [(r, 1, r["n_tokens"]) for r in rows]
+    )
+    prefill = "t_prefill_cpu_s" if clock == "thread_cpu" else "t_prefill_s"
+    if any(prefill not in u for u, _, _ in units):
+        return None
+    per = [(n, (row_seconds(u, clock) - u[prefill]) / (longest - 1)) for u, n, longest in units if longest > 1]
+    return _ratio(sum(n * t for n, t in per), sum(n for n, _ in per))
 
 
 def hf_seconds(row: dict, clock: str = "wall") -> float:
@@ -168,6 +188,7 @@ def summarize(rows: list[dict], batches: list[dict] | None = None, clock: str = 
         "wall_seconds": sum(r["seconds"] for r in rows),
         "clock": clock,
         "tokens_per_s": _ratio(tokens, seconds),
+        "tpot_s": tpot(rows, batches, clock),
         "acceptance_by_position": acceptance_by_position(rows),
         "mean_block": _ratio(sum(r.get("verified", 0) for r in rows), steps),  # tokens a verify pass checks
         # share of steps that speculated (verified more than the root); None for rows written before it was kept
