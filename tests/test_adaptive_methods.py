@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ecospec
-from ecospec.analysis.cost import VerifyProfile
+from ecospec.analysis.verify_profile import VerifyProfile
 from ecospec.drafters.draft_model import DraftModelDrafter
 from ecospec.methods import method
 from ecospec.methods._decline import FIRST_SKIP, best_gain

@@ -499,7 +499,7 @@ def test_a_cell_on_the_mxfp4_checkpoint_records_and_costs_what_loaded(tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from ecospec.analysis.cost import model_cost, verify_hbm_bytes
+    from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
     from ecospec.experiment.cell import run_cell
     from ecospec.experiment.config import cell_name
     from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer

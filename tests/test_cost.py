@@ -9,17 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ecospec.analysis.cost import (
-    StepParts,
-    expert_bytes,
-    fit_overhead,
-    load_model_config,
-    model_cost,
-    modeled_step,
-    target_efficiency,
-    verify_hbm_bytes,
-)
 from ecospec.analysis.hardware import HARDWARE
+from ecospec.analysis.latency import fit_overhead, modeled_step
+from ecospec.analysis.model_config import load_model_config
+from ecospec.analysis.weight_bytes import StepParts, expert_bytes, model_cost, target_efficiency, verify_hbm_bytes
 
 # EcoSpec Table 2 "Estimated HBM read traffic during verification" (GB), with E from its Table 3.
 TABLE2 = [
@@ -192,7 +185,8 @@ def test_draft_and_predictor_bytes_come_from_the_release_facts_or_the_targets_sh
     """The tiny head's and predictor's bytes are read from the release's files, and the EAGLE-3 head formula
     agrees with them; the paper's models cost their heads from the target's facts (derived, labelled so), their
     predictors from the backbone's facts, DeepSeek's MTP as one MoE layer + eh_proj + lm_head."""
-    from ecospec.analysis.cost import eagle3_head_bytes, load_model_config, step_parts
+    from ecospec.analysis.model_config import load_model_config
+    from ecospec.analysis.weight_bytes import eagle3_head_bytes, step_parts
     from ecospec.drafters.eagle3_checkpoint import load_eagle3
     from ecospec.tiny.layout import RELEASE_DIR
 

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoConfig
 
 from ecospec import conf_dir
-from ecospec.analysis.cost import facts_of, hf_config, load_model_config
+from ecospec.analysis.model_config import facts_of, hf_config, load_model_config
 from ecospec.models import PRESETS, config_moe_info, tiny_config
 from ecospec.models.param_count import count_params
 

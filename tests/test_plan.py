@@ -75,7 +75,7 @@ def test_a_laptop_plans_its_cells_and_still_refuses_a_missing_predictor(tmp_path
 
 
 def test_gpus_come_from_the_model_facts_only_where_the_profile_asks_for_gpus():
-    from ecospec.analysis.cost import load_model_config
+    from ecospec.analysis.model_config import load_model_config
 
     gpu = Cluster(slurm=True, gpus_per_node=8, gpu_type="H100")
     assert cell_gpus(load_model_config("gptoss"), gpu) == 1

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ecospec.analysis.cost import fit_verify
 from ecospec.analysis.profiles import ProfileMissing, load_profile
+from ecospec.analysis.verify_profile import fit_verify
 from ecospec.bench.profile import measure
 
 
@@ -52,7 +52,7 @@ def test_batched_passes_are_measured_as_cells_run_them():
     head pass; `t_batch` prices a batched pass from it, and from the line where nothing was measured."""
     from dataclasses import replace
 
-    from ecospec.analysis.cost import VerifyProfile
+    from ecospec.analysis.verify_profile import VerifyProfile
     from ecospec.bench.profile import _batched
     from ecospec.components import load_build
     from ecospec.tiny.build import paths

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ecospec.analysis.cost import fit_line
+from ecospec.analysis.latency import fit_line
 from ecospec.report.figures import FigureInfo, unique_experts_figure, verify_latency_figure, write_figures
 
 MODELS = {"tiny_random": (2, 16, 4), "tiny_random_deepseek": (2, 16, 4)}  # MoE layers, N, k

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ecospec.analysis.cost import load_model_config
+from ecospec.analysis.model_config import load_model_config
 from ecospec.report import build
 from ecospec.report.paper import paper_values
 from ecospec.report.paper_tables import (

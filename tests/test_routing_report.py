@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from ecospec.analysis.acceptance import anchor_drop, compare_by_depth, held_out
-from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes, step_draft_tokens
+from ecospec.analysis.weight_bytes import ModelCost, target_efficiency, target_efficiency_shares
 from ecospec.report.records import records_frame
 from ecospec.report.routing import build_routing, distance_table
 from ecospec.report.routing_data import CORPUS, RECORDS, VLLM_RECORDS, collect

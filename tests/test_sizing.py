@@ -6,8 +6,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ecospec import conf_dir
-from ecospec.analysis.cost import load_model_config, model_cost
+from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.sizing import GPU_MEMORY, QUANTIZED, size
+from ecospec.analysis.weight_bytes import model_cost
 from ecospec.experiment.config import ConfigError, validate_job
 
 SIZED = sorted(

@@ -1,10 +1,13 @@
 """The package's import structure, read from the source (every import statement, at module level or inside a
-function: a function-level import that closes a cycle is still a cycle, only deferred)."""
+function: a function-level import that closes a cycle is still a cycle, only deferred): no cycle, no private name
+taken from another module, and no import from a layer above the importer's (the layers of docs/design.md)."""
 
 import ast
+import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 PACKAGE = "ecospec"
 
 
@@ -112,3 +115,47 @@ def test_the_checks_see_a_cycle_and_a_private_import():
     assert cycles({"a": {"b"}, "b": set()}) == []
     some = next(m for m in MODULES if imports(m))
     assert all(_resolve(t) for t, _, _ in imports(some))
+
+
+def layer_table(text: str) -> list[tuple[str, list[str]]]:
+    """(layer, its entries) of the "Layers" table of docs/design.md, bottom layer first."""
+    section = text.split("### Layers", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if re.match(r"\| \d", line)]
+    return [(name.strip(), re.findall(r"`([\w.*]+)`", mods)) for name, mods in rows]
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    """The index of `module`'s layer: its longest entry (`a.b` covers a.b and what is under it, `a.b.*` only what is
+    under it); None where no entry covers it."""
+    best, found = -1, None
+    for i, (_, entries) in enumerate(table):
+        for e in entries:
+            base = e.removesuffix(".*")
+            covers = module.startswith(base + ".") or (module == base and not e.endswith(".*"))
+            weight = len(base) + (0.5 if e.endswith(".*") else 0)
+            if covers and weight > best:
+                best, found = weight, i
+    return found
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    table = layer_table((ROOT / "docs" / "design.md").read_text())
+    assert [name.split()[0] for name, _ in table] == [str(i) for i in range(1, len(table) + 1)]
+    unplaced = sorted(m for m in MODULES if layer_of(m, table) is None)
+    assert not unplaced, f"modules in no layer of docs/design.md: {unplaced}"
+    up = []
+    for m, targets in graph().items():
+        mine = layer_of(m, table)
+        for t in sorted(targets):
+            if layer_of(t, table) > mine:
+                up.append(f"{m} ({table[mine][0]}) imports {t} ({table[layer_of(t, table)][0]})")
+    assert not up, "imports from a layer above: " + "; ".join(up)
+
+
+def test_the_layer_check_reads_entries_as_the_doc_says():
+    table = [("1 low", ["a", "a.x", "c"]), ("2 high", ["a.*", "b"])]
+    assert layer_of("a", table) == 0 and layer_of("a.x", table) == 0 and layer_of("a.x.y", table) == 0
+    assert layer_of("a.y", table) == 1 and layer_of("b.z", table) == 1 and layer_of("d", table) is None
+    assert layer_table("x\n### Layers\n| layer | m |\n| --- | --- |\n| 1 low | `a`, `b.*` |\n\n## Next") == [
+        ("1 low", ["a", "b.*"])
+    ]

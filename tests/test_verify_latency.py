@@ -1,5 +1,5 @@
 """The verify-latency benchmark (ecospec.bench.verify_latency): forced routing, its records, and the per-layer fit
-that `make tables` draws (report.fig1a) and the modeled table uses (analysis.cost.fit_latency). CPU, seconds."""
+that `make tables` draws (report.fig1a) and the modeled table uses (analysis.latency.fit_latency). CPU, seconds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 import pytest
 import torch
 
-from ecospec.analysis.cost import LatencyFit, fit_latency, model_cost, modeled_step, step_parts
 from ecospec.analysis.hardware import HARDWARE
+from ecospec.analysis.latency import LatencyFit, fit_latency, modeled_step
+from ecospec.analysis.weight_bytes import model_cost, step_parts
 from ecospec.bench import KIND, RECORD_SUFFIX, settings_problem
 from ecospec.bench.verify_latency import (
     ForcedRouting,

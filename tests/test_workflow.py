@@ -433,7 +433,7 @@ def test_a_real_target_that_cannot_fit_is_refused_before_any_download(tmp_path):
 
 
 def test_memory_check_per_rank_and_without_facts():
-    from ecospec.analysis.cost import load_model_config
+    from ecospec.analysis.model_config import load_model_config
     from ecospec.analysis.sizing import memory_problem
     from ecospec.experiment.job import check_memory
 

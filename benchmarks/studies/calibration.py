@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--gamma", type=int, default=None, help="default: the embedded default's own (model.gamma)")
     ap.add_argument("--out", type=Path, default=Path("reports/tiny"))
     a = ap.parse_args()
-    from ecospec.analysis.cost import load_model_config
+    from ecospec.analysis.model_config import load_model_config
 
     model_gamma = int(load_model_config("tiny")["gamma"])
     a.gamma = model_gamma if a.gamma is None else a.gamma

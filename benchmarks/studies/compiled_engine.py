@@ -24,7 +24,8 @@ import torch
 from provenance import run_commit
 
 import ecospec
-from ecospec.analysis.cost import fit_line, model_cost, verify_hbm_bytes
+from ecospec.analysis.latency import fit_line
+from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
 from ecospec.engine.compiled import prepare
 from ecospec.engine.static_eagle3 import prepare_drafter
 from ecospec.engine.static_predictor import prepare_predictor
@@ -147,7 +148,7 @@ def _shares(parts: dict) -> dict:
 
 
 def _weights_read(drafter, predictor, parts: dict) -> dict:
-    """The weight bytes a step's parts read (`analysis.cost`: each unique expert once, every other weight once),
+    """The weight bytes a step's parts read (`analysis.weight_bytes`: each unique expert once, every other weight once),
     and their ratios: what the shares come to where a pass costs its bytes (production speed), not its op count.
     A draft step runs the head `DEPTH` times, its fc (target features -> hidden) only in the first; the predictor's
     pass and the head share the target's embedding rows."""
@@ -173,7 +174,7 @@ def _weights_read(drafter, predictor, parts: dict) -> dict:
 
 def _line(points: list[tuple[float, float]]) -> dict:
     """Least-squares line of verify milliseconds against unique experts per layer over the passes
-    (`analysis.cost.fit_line`): the cost of one more expert in a pass (positive where a pass reads each expert it
+    (`analysis.latency.fit_line`): the cost of one more expert in a pass (positive where a pass reads each expert it
     activates), its r and the passes counted."""
     x = [p[0] for p in points]
     y = [1e3 * p[1] for p in points]

@@ -1,4 +1,4 @@
-"""GPU profiles for the roofline latency model (`ecospec.analysis.cost.modeled_step`): peak HBM bandwidth per GPU
+"""GPU profiles for the roofline latency model (`ecospec.analysis.latency.modeled_step`): peak HBM bandwidth per GPU
 from NVIDIA's datasheets, plus a fixed per-step overhead (0 until fitted from measured records).
 
 A model that `device_map="auto"` spreads over several GPUs runs its layers one GPU after another, so one GPU's

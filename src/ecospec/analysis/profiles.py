@@ -1,4 +1,4 @@
-"""Where verify-cost profiles live and how a cell loads one (`analysis.cost.VerifyProfile`); measuring them is
+"""Where verify-cost profiles live and how a cell loads one (`analysis.verify_profile.VerifyProfile`); measuring them is
 `bench.profile`'s job, whose command a missing profile names."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ecospec.analysis.cost import PROFILE_VERSION, VerifyProfile, profile_key
+from ecospec.analysis.verify_profile import PROFILE_VERSION, VerifyProfile, profile_key
 from ecospec.cache import cache_root
 
 

@@ -7,7 +7,7 @@ Triton and its Hub kernel are present (`pip install -e .[gpu]`, the kernel fetch
 block-FP8 weights only where its Triton FP8 path runs; otherwise it dequantizes them to bf16 as it loads (a warning,
 then 2-4x the bytes). Each GPU is sized both ways unless `--kernels` names one (`loaded_storage`).
 
-Weights: every parameter at its checkpoint storage format (`analysis.cost.model_cost`: routed experts, the dense
+Weights: every parameter at its checkpoint storage format (`analysis.weight_bytes.model_cost`: routed experts, the dense
 part and the input embedding; fp8 / mxfp4 block scales included). KV cache: `--tokens` cached tokens (default 8
 sequences x 8,192) in bf16, per layer 2 x kv heads x head dim (MLA: kv_lora_rank + qk_rope_head_dim, the latent
 DeepSeek caches). A GPU offers `--usable` of its memory (the rest: activations, CUDA context, fragmentation).
@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from ecospec.analysis.cost import expert_bytes, load_model_config, model_cost
+from ecospec.analysis.model_config import load_model_config
+from ecospec.analysis.weight_bytes import expert_bytes, model_cost
 from ecospec.parallel import layout_problem, plans, shards_experts
 
 GPU_MEMORY = {"H100": 80e9, "H200": 141e9, "B200": 192e9}  # bytes of HBM per GPU (datasheets: 80, 141, 192 GB)

@@ -463,7 +463,7 @@ def step_verify_latency(ctx: dict) -> tuple[dict, str]:
 
     import torch
 
-    from ecospec.analysis.cost import fit_latency
+    from ecospec.analysis.latency import fit_latency
     from ecospec.bench import IMPLS
     from ecospec.bench.verify_latency import available_impls, run
 

@@ -1,10 +1,10 @@
 """The verify-cost profile of a model on the engine and machine that run its cells, for the methods that price a
-step in seconds (`analysis.cost.VerifyProfile`):
+step in seconds (`analysis.verify_profile.VerifyProfile`):
 
     python -m ecospec.bench.profile --model tiny --engine eager,compiled [--threads 1]
 
 For each engine: verify passes of the model's MoE layers over blocks of several sizes and unique-expert counts,
-with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (`analysis.cost.fit_verify`); the
+with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (`analysis.verify_profile.fit_verify`); the
 AR step at γ = 1, E = k; and, for the embedded default, one head pass of each draft shape (a tree level of top-k
 rows, a chain's single row) and the predictor's pass, timed in real decodes of held-out prompts on that engine
 (every step but each decode's first, whose head and predictor passes take the prompt once).
@@ -30,18 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecospec.analysis.cost import (
-    VerifyProfile,
-    drafter_pass_bytes,
-    fit_line,
-    fit_verify,
-    independent_experts,
-    load_model_config,
-    model_cost,
-    predictor_pass_bytes,
-    verify_hbm_bytes,
-)
+from ecospec.analysis.latency import fit_line
+from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.profiles import profiles_dir
+from ecospec.analysis.verify_profile import VerifyProfile, fit_verify, independent_experts
+from ecospec.analysis.weight_bytes import drafter_pass_bytes, model_cost, predictor_pass_bytes, verify_hbm_bytes
 from ecospec.atomic import write_json
 from ecospec.bench.passes import timed
 from ecospec.cache import digest

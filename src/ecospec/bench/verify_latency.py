@@ -32,7 +32,7 @@ from the device name; `--peak-tbps` overrides; none on a CPU).
 
 Records: one JSON per (model, impl, γ, E), `<out>/<model>-L<layers>-s<scale>-<device>/<impl>-g<γ>-E<E>` +
 `ecospec.bench.RECORD_SUFFIX`, written atomically (a rerun replaces its points). `make tables` draws them
-(`ecospec.report.fig1a`) and fits each implementation's per-layer cost (`analysis.cost.fit_latency`).
+(`ecospec.report.fig1a`) and fits each implementation's per-layer cost (`analysis.latency.fit_latency`).
 
 Needs torch >= 2.11 and transformers 5.x only (no Hydra, no omegaconf: conf/model is read with PyYAML), so it runs
 with PYTHONPATH=src on a GPU machine with other versions. `experiment=fig1a` (run.py) wraps it as a job
@@ -94,7 +94,7 @@ def _width(value: int, scale: float) -> int:
 def bench_config(model: Mapping, layers: int, scale: float = 1.0):
     """The HF config of `layers` MoE decoder layers of `model` (a conf/model mapping), widths and head counts x
     `scale`."""
-    from ecospec.analysis.cost import facts_of, hf_config
+    from ecospec.analysis.model_config import facts_of, hf_config
 
     base = hf_config(model, facts_of(model))
     kw = base.to_dict()
@@ -525,7 +525,7 @@ def run(
         )
         use = [*use, "compiled"]
     if echo:
-        from ecospec.analysis.cost import fit_latency
+        from ecospec.analysis.latency import fit_latency
 
         for impl in use:
             fit = fit_latency(records, impl=impl)

@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 import ecospec
-from ecospec.analysis.cost import loaded_formats, model_cost, verify_hbm_bytes
+from ecospec.analysis.weight_bytes import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
 from ecospec.data import encode_turn, load_mix, load_prompts
 from ecospec.experiment.clock import now as clock_now

@@ -25,9 +25,9 @@ import argparse
 import math
 import sys
 
-from ecospec.analysis.cost import model_cost, verify_hbm_bytes
 from ecospec.analysis.hardware import HARDWARE
 from ecospec.analysis.sizing import size
+from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
 from ecospec.data import DATASETS
 from ecospec.data.split import TEST_FRACTION
 

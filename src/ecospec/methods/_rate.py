@@ -1,5 +1,5 @@
 """What the cost-model methods share: pricing a step in seconds with the verify-cost profile
-(`analysis.cost.VerifyProfile`) and picking the block with the most expected tokens per second."""
+(`analysis.verify_profile.VerifyProfile`) and picking the block with the most expected tokens per second."""
 
 from __future__ import annotations
 

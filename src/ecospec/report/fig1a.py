@@ -3,7 +3,7 @@ records (`figures.verify_latency_figure`), and the fitted GPU profiles the model
 
 Input: the benchmark's point records (`*` + `ecospec.bench.RECORD_SUFFIX`) under the report's record directories.
 Per (model, device, scale, layers, storage): milliseconds per decoder layer against E, one colour per experts
-implementation (AR at E = k as a star), the per-layer least-squares line of each (`analysis.cost.fit_latency`:
+implementation (AR at E = k as a star), the per-layer least-squares line of each (`analysis.latency.fit_latency`:
 ms per expert-layer + fixed ms per layer) and the roofline of the bytes read at the GPU's HBM peak. Reads records
 only, never models.
 """
@@ -21,8 +21,9 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import ModelCost, fit_latency
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.analysis.latency import fit_latency
+from ecospec.analysis.weight_bytes import ModelCost
 from ecospec.bench import KIND, RECORD_SUFFIX
 from ecospec.report.figures import FigureInfo, num, panel_grid, remove_stale, save, suptitle, target_label, wrap
 

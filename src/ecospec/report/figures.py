@@ -24,7 +24,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ecospec.analysis.cost import FORMATS, fit_line, load_model_config, model_cost
+from ecospec.analysis.latency import fit_line
+from ecospec.analysis.model_config import load_model_config
+from ecospec.analysis.weight_bytes import FORMATS, model_cost
 from ecospec.experiment.heatmap import expert_load_figure
 from ecospec.methods import methods
 
@@ -247,7 +249,7 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
 
 def expert_bytes_figure(ok: pd.DataFrame) -> _Drawn | None:
     """Bytes of one routed expert as stored (MB = 1e6 B), for the paper's three targets and every model in the
-    records (`ecospec.analysis.cost.model_cost`, from conf/model facts; offline)."""
+    records (`ecospec.analysis.weight_bytes.model_cost`, from conf/model facts; offline)."""
     recorded = sorted(ok["model"].dropna().unique())
     names = list(PAPER_MODELS) + [m for m in recorded if m not in PAPER_MODELS]
     bars, missing = [], []
@@ -285,7 +287,7 @@ def expert_bytes_figure(ok: pd.DataFrame) -> _Drawn | None:
     ax.grid(axis="y", alpha=0.3)
     caption = (
         "Figure 1(c): bytes of one routed expert as stored (MB = 1e6 B; quantized formats include their block "
-        "scales, values alone in brackets), from conf/model facts via ecospec.analysis.cost.model_cost, for the "
+        "scales, values alone in brackets), from conf/model facts via ecospec.analysis.weight_bytes.model_cost, for the "
         f"paper's {', '.join(PAPER_MODELS)} and the models in the records ({', '.join(recorded)})."
         + (f" No model facts for: {', '.join(missing)}." if missing else "")
     )

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import ModelCost
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.analysis.weight_bytes import ModelCost
 from ecospec.report.frame import LABELS, at_main, model_label, newest, prepare
 from ecospec.report.layout import common_benchmarks
 from ecospec.report.roofline import gpu_step, row_parts

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import ModelCost
+from ecospec.analysis.weight_bytes import ModelCost
 from ecospec.report.compare import with_intervals
 from ecospec.report.frame import DATASETS, DRAFTERS, MODELS, ROW_KEYS, at_main, model_label, newest, prepare, rank
 from ecospec.report.layout import assemble
@@ -250,7 +250,7 @@ def cells13(frame, defaults=None) -> pd.DataFrame:
 
 
 def table13_models(costs: Mapping[str, ModelCost]) -> pd.DataFrame:
-    """Table 13: architecture of each model, counted exactly from its HF config (`analysis.cost.model_cost`)."""
+    """Table 13: architecture of each model, counted exactly from its HF config (`analysis.weight_bytes.model_cost`)."""
     cells = pd.DataFrame(
         [
             {

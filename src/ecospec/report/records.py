@@ -327,7 +327,8 @@ def load_records(dirs: Iterable[str | Path], since: str | pd.Timestamp | None = 
 def conf_defaults(model_configs: dict[str, dict]) -> dict[str, dict]:
     """Per model: its default drafter, drafter path per kind and predictor checkpoint, as conf/model/<name>.yaml
     says (the main tables' cells use these); a model without a conf file takes its newest record's config."""
-    from ecospec.analysis.cost import conf_dir, load_model_config
+    from ecospec import conf_dir
+    from ecospec.analysis.model_config import load_model_config
 
     out = {}
     for name, cfg in model_configs.items():
@@ -343,10 +344,12 @@ def conf_defaults(model_configs: dict[str, dict]) -> dict[str, dict]:
 
 
 def model_costs(model_configs: dict[str, dict], storages: dict[str, dict] | None = None) -> dict:
-    """`analysis.cost.model_cost` of each model that can be counted offline (conf/model facts, a tiny preset or
+    """`analysis.weight_bytes.model_cost` of each model that can be counted offline (conf/model facts, a tiny preset or
     recipe), in the format its newest record says loaded (`storages`: env.storage; the checkpoint's where none
     says); the others are left out with a warning rather than fetched from the Hub."""
-    from ecospec.analysis.cost import conf_dir, load_model_config, loaded_formats, model_cost
+    from ecospec import conf_dir
+    from ecospec.analysis.model_config import load_model_config
+    from ecospec.analysis.weight_bytes import loaded_formats, model_cost
 
     out = {}
     for name, cfg in model_configs.items():

@@ -1,4 +1,4 @@
-"""Modeled GPU numbers: the roofline model (`analysis.cost.modeled_step`, the whole step costed) at the records'
+"""Modeled GPU numbers: the roofline model (`analysis.latency.modeled_step`, the whole step costed) at the records'
 α and E on each GPU profile, per model × T × method (the Modeled table; the MoE-Spec table's modeled column), with
 the per-pass overheads fitted from records measured on a GPU, and the table's inputs on their own,
 `modeled_cells.json` (`write_summary`), from which `python -m ecospec.report.modeled` rebuilds the table.
@@ -14,15 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import (
-    ModelCost,
-    StepParts,
-    fit_overhead,
-    load_model_config,
-    modeled_step,
-    step_parts,
-)
 from ecospec.analysis.hardware import HARDWARE, Hardware
+from ecospec.analysis.latency import fit_overhead, modeled_step
+from ecospec.analysis.model_config import load_model_config
+from ecospec.analysis.weight_bytes import ModelCost, StepParts, step_parts
 from ecospec.atomic import write_json
 from ecospec.report.frame import LABELS, ROW_KEYS, at_main, model_label, newest, prepare
 from ecospec.report.layout import common_benchmarks
@@ -35,7 +30,7 @@ def cells_modeled(frame, defaults=None) -> pd.DataFrame:
 
 def fit_overheads(frame: pd.DataFrame, costs: Mapping[str, ModelCost]) -> dict[tuple[str, str], tuple[float, int]]:
     """(model, GPU profile) -> (fixed per-pass overhead in s, records it was fitted on), from the ok B=1 records
-    measured on that GPU (`analysis.cost.fit_overhead`). The fit is a mean of t_verify − bytes / bandwidth, linear
+    measured on that GPU (`analysis.latency.fit_overhead`). The fit is a mean of t_verify − bytes / bandwidth, linear
     in t_verify and E, so it is taken once over each group's mean record, with the model's cost already counted."""
     ok = frame[
         (frame["status"] == "ok") & (frame["batch_size"] == 1) & frame["t_verify_s"].notna() & frame["E"].notna()
@@ -100,7 +95,7 @@ def modeled_rows(
     profiles: Mapping[tuple[str, str], Hardware] | None = None,
 ) -> pd.DataFrame:
     """`modeled_cells` rows with the roofline model's T_verify, T_draft + T_pred, T_step (ms) and speedup vs AR on
-    each GPU profile (`analysis.cost.modeled_step`, the whole step costed; `profiles[(model, GPU)]`, fitted from the
+    each GPU profile (`analysis.latency.modeled_step`, the whole step costed; `profiles[(model, GPU)]`, fitted from the
     verify-latency benchmark, where given, else the datasheet bandwidth with the per-pass overhead fitted from that
     GPU's records or 0)."""
     agg = agg.copy()
@@ -121,7 +116,7 @@ def modeled_rows(
 @functools.cache
 def row_parts(model: str, drafter, depth, predictor: bool) -> StepParts | None:
     """The draft passes (a tree's depth of them) and the predictor's pass of a row's method, in weight bytes, from
-    conf/model `model` (`analysis.cost.step_parts`); None (drafting not costed, with a warning) where the shapes
+    conf/model `model` (`analysis.weight_bytes.step_parts`); None (drafting not costed, with a warning) where the shapes
     cannot be had offline."""
     if drafter is None or (isinstance(drafter, float) and np.isnan(drafter)):
         return StepParts()
@@ -174,10 +169,10 @@ def modeled_note(
         f"of a model and T; each model at its own "
         f"γ: {gammas or 'none'}; B=1), each cell "
         "is T_verify (ms) / T_draft+pred (ms) / T_step (ms) / speedup vs AR from the roofline model "
-        "(`analysis.cost.modeled_step`: "
+        "(`analysis.latency.modeled_step`: "
         "verify weight bytes / peak HBM bandwidth + a fixed per-pass overhead; T_draft+pred: each draft pass (a "
         "tree's depth of them) and the expert predictor's pass of the methods that call it, each its weight bytes / "
-        "bandwidth + the same overhead, `analysis.cost.step_parts`: the release's head and predictor for the tiny "
+        "bandwidth + the same overhead, `analysis.weight_bytes.step_parts`: the release's head and predictor for the tiny "
         "model, conf/model facts for the paper's, EAGLE-3 heads derived from the target's facts where their shape "
         "is not at hand; selection not modeled; T_step = T_verify + T_draft + T_pred). "
         f"Per-pass overhead: {'; '.join(parts)}. From {records} records (sweeps: {sweeps_text})."

@@ -18,7 +18,8 @@ from functools import cache
 
 import numpy as np
 
-from ecospec.analysis.cost import load_model_config, model_cost, verify_hbm_bytes
+from ecospec.analysis.model_config import load_model_config
+from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
 from ecospec.experiment.config import cell_config, cell_id, cell_name
 from ecospec.experiment.records import SCHEMA
 

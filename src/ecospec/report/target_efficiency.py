@@ -1,5 +1,5 @@
 """The overlap paper's target efficiency (its Tables 1, 10 and 11): TE = T_AR / T_verify measured beside TE
-predicted from activated-expert bytes (`analysis.cost.target_efficiency`), and the paper's own predictions from its
+predicted from activated-expert bytes (`analysis.weight_bytes.target_efficiency`), and the paper's own predictions from its
 inputs.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ecospec.analysis.cost import ModelCost, target_efficiency, target_efficiency_shares
+from ecospec.analysis.weight_bytes import ModelCost, target_efficiency, target_efficiency_shares
 from ecospec.report.frame import PAPER_GAMMA, at_main, model_label, newest, prepare
 from ecospec.report.overlap_paper import PAPER_LABELS, PAPER_METHODS, beside_paper, paper_model
 from ecospec.report.paper import overlap_paper_values
@@ -28,7 +28,7 @@ def te_cells(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tables 1/10-style target efficiency per model × T × method × B × dataset: measured TE = T_step(AR) /
     T_verify(SD) at the same B (the record's ar_t_step_s / t_verify_s), predicted TE from activated-expert bytes
-    (`analysis.cost.target_efficiency` with the measured E), gap = measured − predicted; and the cells used."""
+    (`analysis.weight_bytes.target_efficiency` with the measured E), gap = measured − predicted; and the cells used."""
     cells = te_cells(frame, defaults)
     ar = prepare(frame, defaults)
     ar = at_main(ar[ar["role"] == "ar"], batch_size=None, gamma=None).drop_duplicates(

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ecospec.analysis.cost import target_efficiency
+from ecospec.analysis.weight_bytes import target_efficiency
 from ecospec.report.figures import FigureInfo, remove_stale, save, slug
 from ecospec.report.frame import model_label, sweeps
 from ecospec.report.write import Table
