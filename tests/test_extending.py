@@ -1,6 +1,7 @@
 """Adding a method or a drafter is new files only (docs/extending.md): a temporary copy of the package and its
 configs gains a toy method module, a toy drafter module and their conf/method YAMLs, nothing else is edited, and
-cells run with them end to end."""
+cells run with them end to end. A drafter's kind record decides whether engine=compiled drafts with it: it runs
+compiled through the record's `prepare`, or validation refuses it."""
 
 import json
 import os
@@ -91,7 +92,8 @@ def _copy(tmp_path) -> Path:
     return copy
 
 
-def _run(copy: Path, out: Path, *overrides: str) -> dict:
+def _run(copy: Path, out: Path, *overrides: str, ok: bool = True) -> dict | str:
+    """The cell's record; with `ok=False`, the command's output where it fails."""
     env = {**os.environ, "PYTHONPATH": str(copy / "src")}
     proc = subprocess.run(
         [
@@ -111,6 +113,9 @@ def _run(copy: Path, out: Path, *overrides: str) -> dict:
         text=True,
         timeout=300,
     )
+    if not ok:
+        assert proc.returncode != 0, proc.stdout[-2000:]
+        return proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(next(out.rglob("result.json")).read_text())
 
@@ -134,6 +139,38 @@ def test_a_new_drafter_is_a_new_module_and_its_yaml(tmp_path):
     rec = _run(copy, tmp_path / "exp", "method=bigram", "+model.drafters.bigram={path:null}")
     assert rec["status"] == "ok" and rec["config"]["method"]["drafter"] == "bigram"
     assert rec["summary"]["matches_ar"] == 1.0 and rec["summary"]["alpha"] >= 1.0
+    # its record has no `prepare`: engine=compiled refuses it at validation, in one line, before anything loads
+    said = _run(
+        copy, tmp_path / "c", "method=bigram", "+model.drafters.bigram={path:null}", "engine=compiled", ok=False
+    )
+    assert "engine=compiled drafts with eagle3, draft_model, gto, not bigram" in said, said[-2000:]
+    assert all(json.loads(p.read_text())["status"] != "ok" for p in (tmp_path / "c").rglob("result.json"))
+
+
+def test_engine_compiled_prepares_a_drafter_through_its_kind_record(monkeypatch):
+    """What the refusal reads (`DrafterKind.compiled`) is what the run does: the compiled target prepares a drafter
+    with its kind's `prepare` and nothing else, whatever the kind is called."""
+    from types import SimpleNamespace
+
+    from ecospec.drafters import registry
+    from ecospec.engine.compiled import CompiledTarget
+    from ecospec.engine.scope import compiled_problem
+
+    for k in registry.kinds():
+        assert (compiled_problem(None, drafter=k.name) is None) == (k.prepare is not None) == k.compiled
+    calls = []
+
+    def prepare(drafter, **shape):
+        calls.append(shape)
+        return ("prepared", drafter)
+
+    record = registry.DrafterKind(name="bigram", label="Bigram", load=None, prepare=prepare)
+    monkeypatch.setattr(registry, "kind", lambda name: record)
+    drafter = SimpleNamespace(kind="bigram")
+    target = SimpleNamespace(max_len=64, rows=2)
+    got, _ = CompiledTarget.prepare_parts(target, drafter, None, gamma=4, depth=3, topk=1, predicted=False)
+    assert got == ("prepared", drafter)
+    assert calls == [{"gamma": 4, "depth": 3, "topk": 1, "max_len": 64, "rows": 2, "depths": ()}]
 
 
 def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):

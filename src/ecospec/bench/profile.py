@@ -4,8 +4,8 @@ step in seconds (`analysis.verify_profile.VerifyProfile`):
     python -m ecospec.bench.profile --model tiny --engine eager,compiled [--threads 1]
 
 For each engine: verify passes of the model's MoE layers over blocks of several sizes and unique-expert counts,
-with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (`analysis.verify_profile.fit_verify`); the
-AR step at γ = 1, E = k; and, for the embedded default, one head pass of each draft shape (a tree level of top-k
+with forced routing (`bench.verify_latency`), fitted as a line in tokens and E (`analysis.verify_profile.fit_verify`);
+the AR step at γ = 1, E = k; and, for the embedded default, one head pass of each draft shape (a tree level of top-k
 rows, a chain's single row) and the predictor's pass, timed in real decodes of held-out prompts on that engine
 (every step but each decode's first, whose head and predictor passes take the prompt once).
 Written to `$ECOSPEC_CACHE/profiles/<model>-<engine>-<dtype>-<processor>.json` with its hash; no part of any

@@ -1,7 +1,7 @@
 """draft_model: a separate causal LM sharing the target's vocabulary (an HF id or directory); `path: perturbed`
 is a perturbed copy of the target (tests: it agrees on most greedy tokens)."""
 
-from ecospec.drafters.registry import DrafterKind, LoadContext, register
+from ecospec.drafters.registry import DrafterKind, LoadContext, as_is, register
 
 
 def load(ctx: LoadContext):
@@ -25,4 +25,4 @@ def load(ctx: LoadContext):
     return DraftModelDrafter(draft.to(target.device).eval())
 
 
-KIND = register(DrafterKind(name="draft_model", label="Draft model", load=load, compiled=True, order=30))
+KIND = register(DrafterKind(name="draft_model", label="Draft model", load=load, prepare=as_is, order=30))

@@ -18,9 +18,16 @@ def load_head(ctx: LoadContext, where):
     return Eagle3Drafter(head, target.get_input_embeddings(), temperature=ctx.temperature)
 
 
+def prepare_head(drafter, **shape):
+    """engine=compiled's EAGLE-3 head (`engine.static_eagle3`): native steps, or inductor's graphs."""
+    from ecospec.engine.static_eagle3 import prepare_drafter
+
+    return prepare_drafter(drafter, **shape)
+
+
 def load(ctx: LoadContext):
     path = ctx.spec.get("path")
     return load_head(ctx, lambda: ctx.local(path) if path is not None else ctx.tiny_dirs(ctx.model)["drafter"] / "head")
 
 
-KIND = register(DrafterKind(name="eagle3", label="EAGLE-3", load=load, compiled=True, hidden=True, order=10))
+KIND = register(DrafterKind(name="eagle3", label="EAGLE-3", load=load, prepare=prepare_head, hidden=True, order=10))

@@ -1,7 +1,7 @@
 """gto: an EAGLE-3 head trained further with Group Tree Optimization (Table 5): `path`, else the embedded default's
 GTO stage (model=tiny), else the head `experiment=gto` published in the store."""
 
-from ecospec.drafters.kind_eagle3 import load_head
+from ecospec.drafters.kind_eagle3 import load_head, prepare_head
 from ecospec.drafters.registry import DrafterKind, LoadContext, register
 
 
@@ -20,4 +20,4 @@ def load(ctx: LoadContext):
     return load_head(ctx, where)
 
 
-KIND = register(DrafterKind(name="gto", label="GTO", load=load, compiled=True, hidden=True, order=40))
+KIND = register(DrafterKind(name="gto", label="GTO", load=load, prepare=prepare_head, hidden=True, order=40))

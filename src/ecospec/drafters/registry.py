@@ -36,9 +36,16 @@ class DrafterKind:
     name: str  # method.drafter and the key of model.drafters
     label: str  # how the reports print the model's own drafter with confidence selection
     load: Callable[[LoadContext], Drafter]  # builds the drafter (the protocol of drafters.base)
-    compiled: bool = False  # engine=compiled drafts with it
+    # engine=compiled: (drafter, gamma=, depth=, topk=, max_len=, depths=, native=, rows=) -> the drafter prepared for
+    # those fixed shapes; None: engine=compiled refuses the kind (validation and the public API alike)
+    prepare: Callable[..., Drafter] | None = None
     hidden: bool = False  # it reads the target's hidden states (an EAGLE-3 head)
     order: int = 50
+
+    @property
+    def compiled(self) -> bool:
+        """Whether engine=compiled drafts with it: one fact, `prepare`, for the refusal and the run."""
+        return self.prepare is not None
 
 
 REGISTRY = Registry(
@@ -51,6 +58,12 @@ register = REGISTRY.register
 kinds = REGISTRY.all
 names = REGISTRY.names
 kind = REGISTRY.get
+
+
+def as_is(drafter, **shape):
+    """A kind's `prepare` where engine=compiled drafts with the drafter as it is: its own forward beside the compiled
+    target (a draft model)."""
+    return drafter
 
 
 def labels() -> dict[str, str]:

@@ -119,11 +119,13 @@ class CompiledTarget:
         """The EAGLE-3 head's draft steps (for each tree depth in `depths` too) and the expert predictor's pass
         compiled too (a draft model, the oracle and a method without a predictor keep theirs). A batch runs a native
         copy of each per sequence (`engine.per_row`), or keeps them eager where the native passes do not run."""
-        from ecospec.engine.static_eagle3 import prepare_drafter
+        from ecospec.drafters.registry import kind
         from ecospec.engine.static_predictor import prepare_predictor
 
         shape = {"gamma": gamma, "depth": depth, "topk": topk, "max_len": self.max_len, "rows": self.rows}
-        drafter = prepare_drafter(drafter, **shape, depths=depths)
+        record = kind(drafter.kind) if drafter is not None and hasattr(drafter, "kind") else None
+        if record is not None and record.prepare is not None:
+            drafter = record.prepare(drafter, **shape, depths=depths)
         if predicted:
             predictor = prepare_predictor(predictor, **shape)
         return drafter, predictor

@@ -55,7 +55,8 @@ def generate(
     most that many experts per MoE layer (`engine.budget`; `budget_policy` truncate | substitute). `engine`:
     "eager" (transformers' forward, the paper's prototype regime), "compiled" (`engine.compiled`, prepared per call)
     or a `CompiledTarget` prepared once for many calls. `profile`: the verify-cost profile
-    (`analysis.verify_profile.VerifyProfile`) a method that prices passes in seconds needs (`analysis.profiles.load_profile`)."""
+    (`analysis.verify_profile.VerifyProfile`) a method that prices passes in seconds needs
+    (`analysis.profiles.load_profile`)."""
     check_args(
         target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens, profile
     )

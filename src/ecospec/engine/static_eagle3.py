@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ecospec.drafters.eagle3 import Eagle3Drafter
 from ecospec.engine.graphs import compile_method, prepared_on, visible_slots, weights_key
 from ecospec.engine.norm import rms_norm
 from ecospec.engine.per_row import PerRow
@@ -514,7 +515,7 @@ def prepare_drafter(
     takes the native head where it runs (`head_is_native`), False compiles inductor's graphs. `rows` > 1: a
     `PerRow` of native copies, one a sequence; where the native head does not run, the eager drafter itself (its
     own batched passes)."""
-    if getattr(drafter, "kind", None) != "eagle3" or isinstance(drafter, CompiledEagle3 | PerRow):
+    if not isinstance(drafter, Eagle3Drafter) or isinstance(drafter, CompiledEagle3 | PerRow):
         return drafter
     if rows > 1 and (native is False or not head_is_native(drafter)):
         return drafter

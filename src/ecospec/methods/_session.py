@@ -9,8 +9,8 @@ class Session:
     """The default: draft the configured tree every step and verify the `budget` nodes the method's rule picks
     (`ecospec.select`, so a session chooses exactly what the public API selects). A method with other decisions
     (how much to draft, whether to speculate at all) passes its own class as `MethodSpec.session`. `cost`: the
-    verify-cost profile (`analysis.verify_profile.VerifyProfile`) of a method that prices passes in seconds, else None; in a
-    batch the loop sets it to the batch's prices each time the batch's size changes (`VerifyProfile.at_batch`)."""
+    verify-cost profile (`analysis.verify_profile.VerifyProfile`) of a method that prices passes in seconds, else None;
+    in a batch the loop sets it to the batch's prices each time the batch's size changes (`VerifyProfile.at_batch`)."""
 
     def __init__(self, spec, gamma: int, depth: int, topk: int, cost=None):
         self.spec, self.gamma, self.depth, self.topk, self.cost = spec, gamma, depth, topk, cost

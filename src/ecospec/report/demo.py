@@ -1,7 +1,8 @@
 """`make demo`'s table, reading sentence and figure, from the records of its cell (`experiment=demo`: EcoSpec with
 the model's own baseline interleaved, AR beside both): per method α, E, the speedup over the faster AR with its
-paired 95 % interval, the roofline model's speedup on one GPU with the whole step costed (`analysis.weight_bytes.step_parts`:
-the verify pass, each draft pass, the predictor's), and the share of prompts whose output equals AR's. run.py
+paired 95 % interval, the roofline model's speedup on one GPU with the whole step costed
+(`analysis.weight_bytes.step_parts`: the verify pass, each draft pass, the predictor's), and the share of prompts whose
+output equals AR's. run.py
 writes them beside the cell's record (demo.md / .tex / .csv, demo.png) and prints the table, the sentence and where
 they went, after the cell or at once when its records are kept."""
 

@@ -287,7 +287,8 @@ def expert_bytes_figure(ok: pd.DataFrame) -> _Drawn | None:
     ax.grid(axis="y", alpha=0.3)
     caption = (
         "Figure 1(c): bytes of one routed expert as stored (MB = 1e6 B; quantized formats include their block "
-        "scales, values alone in brackets), from conf/model facts via ecospec.analysis.weight_bytes.model_cost, for the "
+        "scales, values alone in brackets), from conf/model facts via "
+        "ecospec.analysis.weight_bytes.model_cost, for the "
         f"paper's {', '.join(PAPER_MODELS)} and the models in the records ({', '.join(recorded)})."
         + (f" No model facts for: {', '.join(missing)}." if missing else "")
     )

@@ -89,7 +89,8 @@ def write_paper_table3(out_dir: Path, gpu: str = "H100") -> list[Path]:
         "paper's own α and E (*modeled*, not measured; no fixed per-pass overhead): the speedup over AR with the "
         "verify pass alone (what the modeled numbers were before drafting and prediction were costed) and with the "
         "whole step (3 draft passes of the model's drafter and, for EcoSpec, the expert predictor's pass; "
-        "`analysis.weight_bytes.step_parts`). The paper's step times include its prototype's per-pass overheads, which a "
+        "`analysis.weight_bytes.step_parts`). The paper's step times include its prototype's per-pass "
+        "overheads, which a "
         "bandwidth model leaves out; its ratios T_draft / T_verify are the comparable figures. Head shapes derived "
         "from the target's facts (EAGLE-3) or the target's own layer (MTP); predictor backbones from conf/model facts."
     )

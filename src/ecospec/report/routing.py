@@ -233,7 +233,8 @@ def build_routing_tables(
                     "(C_dense + k C_expert) / (C_dense + E C_expert) with the measured E (at B > 1 AR's measured E "
                     "instead of k), C_expert = "
                     "one routed expert's stored bytes and C_dense = every non-expert byte a pass reads per MoE layer "
-                    "(analysis.weight_bytes: attention, dense and shared MLPs, norms, routers, lm_head; the paper's C_dense is "
+                    "(analysis.weight_bytes: attention, dense and shared MLPs, norms, routers, lm_head; the "
+                    "paper's C_dense is "
                     "attention only); gap = measured - predicted. gamma = 4 (K = 3), standard drafter.",
                     used,
                     "the overlap paper's Tables 1 and 10 (its models, H100; E = its unique_sd). Times of tiny "

@@ -79,7 +79,8 @@ SPECS = [
         "table02_hbm",
         "Table 2",
         "Estimated HBM bytes read per verify pass",
-        "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, `analysis.weight_bytes.verify_hbm_bytes`), "
+        "E and the estimated weight bytes one verify pass reads (GB = 1e9 B, "
+        "`analysis.weight_bytes.verify_hbm_bytes`), "
         "T=0, mean over the benchmarks named (the same for every row of a model). GPT-OSS: the paper counts every "
         "weight at 4 bits, we count the "
         "checkpoint's formats (bf16 attention and lm_head; see analysis/weight_bytes.py).",
@@ -211,7 +212,8 @@ def build_tables(
         used = used[used["model"].isin(list(costs))]
         out = table13_models(costs)
         note = (
-            "Counted exactly from each model's HF config (`analysis.weight_bytes.model_cost`); active = the dense part (both "
+            "Counted exactly from each model's HF config (`analysis.weight_bytes.model_cost`); active = the "
+            "dense part (both "
             "embedding tables) + top-k routed experts per MoE layer, so above the releases' own convention."
         )
         note = _note(note, "Table 13", used, out, timed=False)
@@ -233,7 +235,8 @@ def build_tables(
             "Lossless EcoSpec against MoE-Spec's verify-time expert cap (lossy; engine.budget): per budget B (top-B "
             "experts per MoE layer by summed router score over the pass's tokens; — = no cap), measured speedup vs "
             "AR / α / E, mean over the benchmarks present; `modeled <GPU> speedup`: the roofline model "
-            "(`analysis.latency.modeled_step`: verify, drafting and prediction costed) at that α and E, on the same GPU "
+            "(`analysis.latency.modeled_step`: verify, drafting and prediction costed) at that α and E, on the "
+            "same GPU "
             "profiles as the Modeled table. Quality "
             "vs AR, from replaying each committed sequence "
             "once through the uncapped target (not timed): greedy, budget_error_rate = share of committed tokens "

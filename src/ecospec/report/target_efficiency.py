@@ -1,6 +1,6 @@
 """The overlap paper's target efficiency (its Tables 1, 10 and 11): TE = T_AR / T_verify measured beside TE
-predicted from activated-expert bytes (`analysis.weight_bytes.target_efficiency`), and the paper's own predictions from its
-inputs.
+predicted from activated-expert bytes (`analysis.weight_bytes.target_efficiency`), and the paper's own predictions from
+its inputs.
 """
 
 from __future__ import annotations
