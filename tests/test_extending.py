@@ -1,7 +1,7 @@
-"""Adding a method or a drafter is new files only (docs/extending.md): a temporary copy of the package and its
-configs gains a toy method module, a toy drafter module and their conf/method YAMLs, nothing else is edited, and
-cells run with them end to end. A drafter's kind record decides whether engine=compiled drafts with it: it runs
-compiled through the record's `prepare`, or validation refuses it."""
+"""Adding a method, a drafter or a model family is new files only (docs/extending.md): a temporary copy of the package
+and its configs gains a toy method module, a toy drafter module and their conf/method YAMLs, or a family module and
+its conf/model YAML, nothing else is edited, and cells run with them end to end. A drafter's kind record decides
+whether engine=compiled drafts with it: it runs compiled through the record's `prepare`, or validation refuses it."""
 
 import json
 import os
@@ -84,6 +84,83 @@ KIND = register(DrafterKind(name="bigram", label="Bigram", load=load))
 TOY_DRAFTER_YAML = "name: bigram\ndrafter: bigram\nselector: confidence\npredictor: null\n"
 
 
+TOY_FAMILY = '''"""olmoe: OLMoE (allenai/OLMoE-1B-7B), transformers' OlmoeForCausalLM: a softmax router over all
+experts, top-k renormalised where the config's norm_topk_prob says; q and k normed over their whole width (a new
+family as a new module, nothing else edited)."""
+
+from ecospec.families import IDS, Family, register
+from ecospec.families import _softmax as rule
+from ecospec.families._counts import Counts, attention, head_dim
+
+FAMILY = register(
+    Family(
+        name="olmoe",
+        causal_lm="OlmoeForCausalLM",
+        config_class=("transformers.models.olmoe.configuration_olmoe", "OlmoeConfig"),
+        router="gate",
+        presets={
+            "olmoe-a": {
+                "model_type": "olmoe",
+                **IDS,
+                "hidden_size": 48,
+                "intermediate_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "num_experts": 8,
+                "num_experts_per_tok": 2,
+                "max_position_embeddings": 1024,
+            }
+        },
+        check_preset="olmoe-a",
+        scores=rule.scores,
+        normalises=lambda router: bool(router.norm_topk_prob),
+        truncate=rule.truncate,
+        substitute=rule.substitute,
+        counts=Counts(
+            experts_keys=("num_experts",),
+            expert=lambda c: 3 * c["hidden_size"] * c["intermediate_size"],
+            # q_norm over the hidden size, k_norm over the key heads' width
+            attention=lambda c: attention(c) + c["hidden_size"] + c["num_key_value_heads"] * head_dim(c),
+        ),
+        order=60,
+    )
+)
+'''
+
+TOY_FAMILY_YAML = """name: olmoe_tiny
+source: random
+preset: olmoe-a
+seed: 0
+target: null
+dtype: float32
+device_map: null
+parallel: device_map
+cpu_threads: 1
+chat_template: false
+gamma: 4
+default_drafter: draft_model
+drafters:
+  draft_model: {path: perturbed}
+predictor:
+  checkpoint: random
+facts: {hf_config: null, storage: null}
+"""
+
+# in the copy: the family's count equals the model's own, and the cost model reads it
+COUNT_CHECK = """
+from ecospec.analysis.weight_bytes import model_cost
+from ecospec.models import tiny_config
+from ecospec.models.adapters import config_moe_info
+from ecospec.models.param_count import count_params
+
+config = tiny_config("olmoe-a")
+counted, built = count_params(config.to_dict()), config_moe_info(config)
+assert counted == built, (counted, built)
+print(model_cost("olmoe_tiny").expert_params)
+"""
+
+
 def _copy(tmp_path) -> Path:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "release"))
@@ -100,7 +177,7 @@ def _run(copy: Path, out: Path, *overrides: str, ok: bool = True) -> dict | str:
             sys.executable,
             "run.py",
             *overrides,
-            "model=tiny_random",
+            *(() if any(o.startswith("model=") for o in overrides) else ("model=tiny_random",)),
             "num_prompts=1",
             "max_new_tokens=6",
             "threads=1",
@@ -180,3 +257,20 @@ def test_a_new_method_is_a_new_module_and_its_yaml(tmp_path):
     rec = _run(copy, tmp_path / "exp", "method=toy")
     assert rec["status"] == "ok" and rec["config"]["method"]["selector"] == "toy"
     assert rec["summary"]["matches_ar"] == 1.0  # greedy and lossless whatever the rule picks
+
+
+def test_a_new_family_is_a_new_module_and_its_model_yaml(tmp_path):
+    """A family transformers has and we did not: its record (HF classes, router, routing rule, parameter counts)
+    in one module and a conf/model YAML; its count equals the model built on the meta device, and a cell runs on
+    it, lossless."""
+    copy = _with_files(
+        tmp_path,
+        {"src/ecospec/families/olmoe.py": TOY_FAMILY, "src/ecospec/conf/model/olmoe_tiny.yaml": TOY_FAMILY_YAML},
+    )
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    proc = subprocess.run([sys.executable, "-c", COUNT_CHECK], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) == 3 * 48 * 32  # one routed expert, as the family counts it
+    rec = _run(copy, tmp_path / "exp", "model=olmoe_tiny", "method=oracle")  # EcoSpec on the target's own routers
+    assert rec["status"] == "ok" and rec["summary"]["matches_ar"] == 1.0
+    assert rec["summary"]["num_experts"] == 8 and rec["summary"]["top_k"] == 2

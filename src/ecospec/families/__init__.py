@@ -3,10 +3,11 @@ family is a new module here (plus, for the reports, a `conf/model` entry), nothi
 validation, the sizing command and the reports read it; the record's rules that act on tensors import torch when
 called.
 
-A record holds what the engine, the parallel plans, MoE-Spec's budget and the tests know of a family: its HF causal
-LM and config classes, the router's attribute in a MoE block, the tiny test presets, which transformers parallel
-modes fail for it, and its routing rule (the score the budget ranks experts by, whether top-k weights are
-renormalised, the top-k weights of a truncated token and a substituted token's experts).
+A record holds what the engine, the parallel plans, MoE-Spec's budget, the cost model and the tests know of a
+family: its HF causal LM and config classes, how its config gives its parameter counts (`_counts.Counts`), the
+router's attribute in a MoE block, the tiny test presets, which transformers parallel modes fail for it, and its
+routing rule (the score the budget ranks experts by, whether top-k weights are renormalised, the top-k weights of a
+truncated token and a substituted token's experts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ecospec.families._counts import Counts  # noqa: F401 - the record's type, for the families' modules
 from ecospec.registry import Registry
 
 # token ids every tiny preset uses: pad 0, bos 1, eos 2 (vocab 256)
@@ -33,6 +35,7 @@ class Family:
     normalises: Callable  # router -> whether the model renormalises its top-k weights
     truncate: Callable  # (router, logits, indices, inside, normalises) -> the kept slots' weights
     substitute: Callable  # (router, logits, keep, k, normalises) -> (weights, indices) chosen among the kept
+    counts: Counts  # how its config gives its parameter counts (`models.param_count`)
     broken: dict[str, str] = field(default_factory=dict)  # parallel mode -> why transformers' plan fails for it
     order: int = 50
 
@@ -43,6 +46,7 @@ REGISTRY = Registry(
     lambda name, names: KeyError(f"unsupported model family {name!r}; supported: {', '.join(names)}"),
 )
 register = REGISTRY.register
+names = REGISTRY.names
 families = REGISTRY.all  # every supported family, in a fixed order
 family = REGISTRY.get  # the family whose model_type is `name` (KeyError naming the supported ones otherwise)
 

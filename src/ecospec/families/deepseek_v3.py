@@ -6,6 +6,7 @@ Presets: `deepseek_v3-a` MLA with q-LoRA, grouped routing (4 groups, 2 kept), on
 expert; `deepseek_v3-b` MLA without q-LoRA, two dense first layers, 2 groups."""
 
 from ecospec.families import IDS, Family, register
+from ecospec.families._counts import Counts
 
 
 def scores(router, logits):
@@ -42,6 +43,17 @@ def substitute(router, logits, keep, k: int, normalises: bool):
     if normalises:
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
     return w * router.routed_scaling_factor, idx
+
+
+def mla_attention(c) -> int:
+    """Multi-head latent attention: the low-rank Q (or a full one) and KV projections, their norms, and O."""
+    h, heads, bias = c["hidden_size"], c["num_attention_heads"], bool(c.get("attention_bias"))
+    qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    q_lora, kv_lora = c.get("q_lora_rank"), c["kv_lora_rank"]
+    q = h * heads * qk if q_lora is None else h * q_lora + bias * q_lora + q_lora + q_lora * heads * qk
+    kv_a = h * (kv_lora + c["qk_rope_head_dim"]) + bias * (kv_lora + c["qk_rope_head_dim"]) + kv_lora
+    kv_b = kv_lora * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
+    return q + kv_a + kv_b + heads * c["v_head_dim"] * h + bias * h
 
 
 FAMILY = register(
@@ -101,6 +113,14 @@ FAMILY = register(
         normalises=lambda router: bool(getattr(router, "norm_topk_prob", False)),
         truncate=truncate,
         substitute=substitute,
+        counts=Counts(
+            experts_keys=("n_routed_experts",),
+            defaulted=("attention_bias", "q_lora_rank", "intermediate_size", "num_key_value_heads"),
+            attention=mla_attention,
+            moe_layers=lambda c, n: tuple(range(c["first_k_dense_replace"], c["num_hidden_layers"])),
+            shared=lambda c: 3 * c["hidden_size"] * c["moe_intermediate_size"] * c["n_shared_experts"],
+            head_dim=lambda c: c["qk_rope_head_dim"],  # the rope part, as the config class gives it
+        ),
         order=30,
     )
 )

@@ -6,6 +6,7 @@ Presets: `gpt_oss-a` / `-b` alternating sliding/full attention layers (window 8 
 exceed the window), attention sinks, biased router and experts."""
 
 from ecospec.families import IDS, Family, register
+from ecospec.families._counts import Counts, attention
 from ecospec.families._softmax import scores
 
 
@@ -21,6 +22,12 @@ def substitute(router, logits, keep, k: int, normalises: bool):
 
     top, idx = torch.topk(logits.float().masked_fill(~keep, float("-inf")), k=k, dim=-1)
     return torch.softmax(top, dim=-1), idx
+
+
+def expert(c) -> int:
+    """gate_up and down, with their biases."""
+    h, i = c["hidden_size"], c["intermediate_size"]
+    return 3 * h * i + 2 * i + h
 
 
 FAMILY = register(
@@ -65,6 +72,13 @@ FAMILY = register(
         truncate=truncate,
         substitute=substitute,
         broken={"ep": "transformers' expert-parallel GPT-OSS forward fails (router one-hot over local experts)"},
+        counts=Counts(
+            experts_keys=("num_local_experts",),
+            defaulted=("attention_bias", "head_dim", "num_key_value_heads"),
+            expert=expert,
+            attention=lambda c: attention(c) + c["num_attention_heads"],  # + the per-head sinks
+            router=lambda c, n: n * c["hidden_size"] + n,  # with a bias
+        ),
         order=20,
     )
 )

@@ -4,6 +4,7 @@ Presets: `mixtral-a` full attention; `mixtral-b` a sliding window of 12 for all 
 
 from ecospec.families import IDS, Family, register
 from ecospec.families import _softmax as rule
+from ecospec.families._counts import Counts
 
 FAMILY = register(
     Family(
@@ -45,6 +46,9 @@ FAMILY = register(
         normalises=lambda router: True,
         truncate=rule.truncate,
         substitute=rule.substitute,
+        counts=Counts(
+            experts_keys=("num_local_experts",), expert=lambda c: 3 * c["hidden_size"] * c["intermediate_size"]
+        ),
         order=40,
     )
 )

@@ -6,6 +6,14 @@ k=4)."""
 
 from ecospec.families import IDS, Family, register
 from ecospec.families import _softmax as rule
+from ecospec.families._counts import Counts, attention, head_dim
+
+
+def moe_layers(c, n: int) -> tuple[int, ...]:
+    """Every `decoder_sparse_step`-th layer not in `mlp_only_layers`."""
+    step, dense = c["decoder_sparse_step"], set(c.get("mlp_only_layers") or ())
+    return tuple(i for i in range(c["num_hidden_layers"]) if i not in dense and n > 0 and (i + 1) % step == 0)
+
 
 FAMILY = register(
     Family(
@@ -51,6 +59,12 @@ FAMILY = register(
         normalises=lambda router: bool(getattr(router, "norm_topk_prob", True)),
         truncate=rule.truncate,
         substitute=rule.substitute,
+        counts=Counts(
+            experts_keys=("num_experts", "num_local_experts"),
+            defaulted=("attention_bias", "mlp_only_layers", "num_key_value_heads"),
+            attention=lambda c: attention(c) + 2 * head_dim(c),  # + q_norm, k_norm
+            moe_layers=moe_layers,
+        ),
         order=10,
     )
 )

@@ -1,5 +1,6 @@
 """Parameter counts of a supported MoE target from its HF config as a plain mapping (`PretrainedConfig.to_dict()`:
-config.json's fields with the class defaults filled in), by the families' module shapes, without building the model:
+config.json's fields with the class defaults filled in), by its family's rules (`Family.counts`: a new family says
+how its modules differ in its own module), without building the model:
 no torch, any size. `tests/test_param_count.py` holds it equal to the count of the model built on the meta device
 (`adapters.config_moe_info`) for every family's presets and every conf/model's facts.
 
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from ecospec.families import Counts, family, names
+from ecospec.families._counts import head_dim as decoder_head_dim
 
 
 @dataclass(frozen=True)
@@ -45,90 +49,33 @@ class MoeInfo:
         return self.dense_params + self.expert_params * self.top_k * len(self.moe_layers)
 
 
-# model_type -> the config keys that may hold N (config.json's name, then the name `to_dict` writes)
-EXPERTS_KEYS = {
-    "qwen3_moe": ("num_experts", "num_local_experts"),
-    "mixtral": ("num_local_experts",),
-    "gpt_oss": ("num_local_experts",),
-    "deepseek_v3": ("n_routed_experts",),
-}
-
-
-# model_type -> the fields the count reads with a fallback (`.get`) that is not the config class's default: a config
-# without them is counted after transformers fills them in (`counts_complete`)
-CLASS_DEFAULTED = {
-    "qwen3_moe": ("attention_bias", "mlp_only_layers", "num_key_value_heads"),
-    "mixtral": ("num_key_value_heads",),
-    "gpt_oss": ("attention_bias", "head_dim", "num_key_value_heads"),
-    "deepseek_v3": ("attention_bias", "q_lora_rank", "intermediate_size", "num_key_value_heads"),
-}
+def _counts(c: Mapping) -> Counts:
+    """The counting rules of the config's family (`families.<name>.counts`)."""
+    kind = c.get("model_type")
+    if kind not in names():
+        raise ValueError(f"model_type {kind!r}: no parameter count; known: {', '.join(names())}")
+    return family(kind).counts
 
 
 def _num_experts(c: Mapping) -> int:
-    return next(c[k] for k in EXPERTS_KEYS[c["model_type"]] if c.get(k) is not None)
-
-
-def _moe_layers(c: Mapping, n: int) -> tuple[int, ...]:
-    layers = range(c["num_hidden_layers"])
-    if c["model_type"] == "qwen3_moe":
-        step, dense = c["decoder_sparse_step"], set(c.get("mlp_only_layers") or ())
-        return tuple(i for i in layers if i not in dense and n > 0 and (i + 1) % step == 0)
-    if c["model_type"] == "deepseek_v3":
-        return tuple(i for i in layers if i >= c["first_k_dense_replace"])
-    return tuple(layers)
-
-
-def _attention(c: Mapping) -> int:
-    h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    bias = bool(c.get("attention_bias"))
-    if c["model_type"] == "deepseek_v3":
-        qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
-        q_lora, kv_lora = c.get("q_lora_rank"), c["kv_lora_rank"]
-        q = h * heads * qk if q_lora is None else h * q_lora + bias * q_lora + q_lora + q_lora * heads * qk
-        kv_a = h * (kv_lora + c["qk_rope_head_dim"]) + bias * (kv_lora + c["qk_rope_head_dim"]) + kv_lora
-        kv_b = kv_lora * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
-        return q + kv_a + kv_b + heads * c["v_head_dim"] * h + bias * h
-    head = head_dim(c)
-    out = 2 * h * heads * head + 2 * h * kv * head + bias * (heads * head + 2 * kv * head + h)
-    if c["model_type"] == "qwen3_moe":
-        out += 2 * head  # q_norm, k_norm
-    if c["model_type"] == "gpt_oss":
-        out += heads  # sinks
-    return out
-
-
-def _expert(c: Mapping) -> int:
-    h = c["hidden_size"]
-    if c["model_type"] == "gpt_oss":
-        i = c["intermediate_size"]
-        return 3 * h * i + 2 * i + h  # gate_up and down, with their biases
-    i = c["intermediate_size"] if c["model_type"] == "mixtral" else c["moe_intermediate_size"]
-    return 3 * h * i
-
-
-def _shared(c: Mapping) -> int:
-    return (
-        3 * c["hidden_size"] * c["moe_intermediate_size"] * c["n_shared_experts"]
-        if c["model_type"] == "deepseek_v3"
-        else 0
-    )
-
-
-def _router(c: Mapping, n: int) -> int:
-    return n * c["hidden_size"] + (n if c["model_type"] == "gpt_oss" else 0)
+    return next(c[k] for k in _counts(c).experts_keys if c.get(k) is not None)
 
 
 def head_dim(config: Mapping) -> int:
     """The attention head size as the family's config class gives it (DeepSeek-V3's is its rope part)."""
-    if config["model_type"] == "deepseek_v3":
-        return config["qk_rope_head_dim"]
-    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return _counts(config).head_dim(config)
 
 
 def moe_layer_params(config: Mapping) -> int:
     """One MoE decoder layer's parameters other than its routed experts: attention, two norms, router and shared
     experts (DeepSeek's MTP module is one such layer)."""
-    return _attention(config) + 2 * config["hidden_size"] + _router(config, _num_experts(config)) + _shared(config)
+    rules = _counts(config)
+    return (
+        rules.attention(config)
+        + 2 * config["hidden_size"]
+        + rules.router(config, _num_experts(config))
+        + rules.shared(config)
+    )
 
 
 # dense decoders the cost model counts (a draft LM, the expert predictor's backbone): model_type -> the fields read
@@ -149,7 +96,7 @@ def dense_decoder_params(config: Mapping) -> int | None:
     if kind not in DENSE_CLASS_DEFAULTED or not all(k in c for k in DENSE_CLASS_DEFAULTED[kind]):
         return None
     h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"] or c["num_attention_heads"]
-    head = head_dim(c)
+    head = decoder_head_dim(c)
     qkv_bias = heads * head + 2 * kv * head
     attention = 2 * h * heads * head + 2 * h * kv * head
     if kind == "qwen2":
@@ -169,20 +116,18 @@ def counts_complete(config: Mapping) -> bool:
         count_params(config)
     except (KeyError, ValueError):
         return False
-    return all(key in config for key in ("tie_word_embeddings", *CLASS_DEFAULTED[config["model_type"]]))
+    return all(key in config for key in ("tie_word_embeddings", *_counts(config).defaulted))
 
 
 def count_params(config: Mapping) -> MoeInfo:
     """`MoeInfo` of a supported target from its HF config mapping (class defaults filled in)."""
-    c = config
-    if c.get("model_type") not in EXPERTS_KEYS:
-        raise ValueError(f"model_type {c.get('model_type')!r}: no parameter count; known: {', '.join(EXPERTS_KEYS)}")
+    c, rules = config, _counts(config)
     h, n = c["hidden_size"], _num_experts(c)
-    moe = _moe_layers(c, n)
-    shared, router = _shared(c), _router(c, n)
+    moe = rules.moe_layers(c, n)
+    shared, router = rules.shared(c), rules.router(c, n)
     dense_mlp = 3 * h * c.get("intermediate_size", 0)
     layers = c["num_hidden_layers"]
-    per_layer = _attention(c) + 2 * h
+    per_layer = rules.attention(c) + 2 * h
     non_expert = layers * per_layer + len(moe) * (router + shared) + (layers - len(moe)) * dense_mlp
     table = c["vocab_size"] * h
     dense = non_expert + h + table * (1 if c.get("tie_word_embeddings") else 2)
@@ -192,7 +137,7 @@ def count_params(config: Mapping) -> MoeInfo:
         moe_layers=moe,
         num_experts=n,
         top_k=c["num_experts_per_tok"],
-        expert_params=_expert(c),
+        expert_params=rules.expert(c),
         shared_expert_params=shared,
         dense_params=dense,
     )
