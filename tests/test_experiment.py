@@ -528,7 +528,7 @@ def test_ar_baseline_is_reused_from_the_cache(cell):
 def test_ar_divides_by_the_faster_of_our_loop_and_hf_generate(cell, monkeypatch):
     """At batch 1 AR is also timed through transformers' generate on the same prompts (same greedy tokens); the
     speedup divides by the faster of the two and says which (summary.ar_source), our loop's step times stay."""
-    import ecospec.experiment.cell as cell_mod
+    import ecospec.experiment.contenders as contenders
 
     cfg, cell_dir = cell("method=eagle3")
     s = run_cell(cfg, cell_dir)["summary"]
@@ -537,8 +537,8 @@ def test_ar_divides_by_the_faster_of_our_loop_and_hf_generate(cell, monkeypatch)
     assert s["ar_source"] == ("hf_generate" if s["ar_hf_tokens_per_s"] > s["ar_ecospec_tokens_per_s"] else "ecospec")
     assert s["speedup"] == pytest.approx(s["tokens_per_s"] / s["ar_tokens_per_s"])
 
-    real = cell_mod.hf_generate  # an HF generate that takes no time must become the denominator
-    monkeypatch.setattr(cell_mod, "hf_generate", lambda *a: (real(*a)[0], 1e-6, 1e-6))  # (tokens, wall, CPU)
+    real = contenders.hf_generate  # an HF generate that takes no time must become the denominator
+    monkeypatch.setattr(contenders, "hf_generate", lambda *a: (real(*a)[0], 1e-6, 1e-6))  # (tokens, wall, CPU)
     fast, fast_dir = cell("method=eagle3", "seed=1")
     f = run_cell(fast, fast_dir)["summary"]
     assert f["ar_source"] == "hf_generate" and f["ar_tokens_per_s"] == f["ar_hf_tokens_per_s"]
@@ -554,16 +554,16 @@ def test_ar_divides_by_the_faster_of_our_loop_and_hf_generate(cell, monkeypatch)
 
 def test_ar_baseline_interleaved_on_cpu_by_default(cell, monkeypatch):
     """On a CPU each prompt is decoded by AR right after the method, in the same job: the speedup is one run's."""
-    import ecospec.experiment.cell as cell_mod
+    from ecospec.experiment.contenders import Decoder
 
     order = []
-    real = cell_mod._decode_prompt
+    real = Decoder.prompt
 
-    def spy(comp, p, cfg, progress, method, trace_left):
-        order.append((method["name"], p.id))
-        return real(comp, p, cfg, progress, method, trace_left)
+    def spy(self, i, p, progress):
+        order.append((self.name, p.id))
+        return real(self, i, p, progress)
 
-    monkeypatch.setattr(cell_mod, "_decode_prompt", spy)
+    monkeypatch.setattr(Decoder, "prompt", spy)
     cached_cfg, cached_dir = cell("method=ar")
     cached = run_cell(cached_cfg, cached_dir)
     cfg, cell_dir = cell("method=eagle3")
@@ -718,7 +718,7 @@ def test_batched_cell_equals_the_unbatched_cell_and_reports_pass_metrics(cell, m
 def test_batched_cell_resumes_whole_batches(cell, monkeypatch):
     """A killed batched cell keeps its finished batches (progress.jsonl) and recomputes only the rest."""
     import ecospec
-    import ecospec.experiment.cell as cell_mod
+    import ecospec.experiment.contenders as contenders
 
     cfg, cell_dir = cell("method=eagle3", "num_prompts=4", "batch_size=2", "ar_baseline=cached")
     calls = []
@@ -730,11 +730,11 @@ def test_batched_cell_resumes_whole_batches(cell, monkeypatch):
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cell_mod.ecospec, "generate_batch", dies_on_second)
+    monkeypatch.setattr(contenders.ecospec, "generate_batch", dies_on_second)
     assert run_cell(cfg, cell_dir)["status"] == "failed"
     keys = [json.loads(line)["key"] for line in (cell_dir / PROGRESS).read_text().splitlines()]
     assert keys[-1] == "eagle3/batch/0" and len(keys) == 3
-    monkeypatch.setattr(cell_mod.ecospec, "generate_batch", real)
+    monkeypatch.setattr(contenders.ecospec, "generate_batch", real)
     rec = run_cell(cfg, cell_dir)
     assert rec["status"] == "ok", rec.get("traceback")
     assert len(rec["batches"]) == 2 and rec["summary"]["matches_ar"] == 1.0

@@ -5,149 +5,37 @@ other cells of a sweep go on, and it never overwrites an ok record."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-import ecospec
 from ecospec.analysis.weight_bytes import loaded_formats, model_cost, verify_hbm_bytes
 from ecospec.cache import digest
-from ecospec.data import encode_turn, load_mix, load_prompts
-from ecospec.experiment.clock import now as clock_now
+from ecospec.data import load_mix, load_prompts
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import CellComponents, load_components
-from ecospec.experiment.hf_peer import hf_generate
+from ecospec.experiment.contenders import AR_METHOD, Decoder, HfPeer
 from ecospec.experiment.interleave import companions
 from ecospec.experiment.intervals import cell_intervals
 from ecospec.experiment.job import finish_record, record_head, run_job
 from ecospec.experiment.metrics import (
-    batch_row,
     expert_load,
     hf_seconds,
-    prompt_row,
     public_row,
     quality_summary,
-    replay_quality,
     step_traces,
     summarize,
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
 from ecospec.identity import ar_key, times_hf_peer
-from ecospec.methods import method as method_spec
-from ecospec.methods import needing_experts
 from ecospec.models import moe_info
 from ecospec.models.storage import loaded_storage
 from ecospec.parallel import env_rank
 
 AR_CACHE = "ar_cache"
-
-
-AR_METHOD = {"name": "ar", "selector": "confidence"}
 # what an AR prompt row keeps in the AR cache and in a record's `ar_prompts` (the speedup's resampling needs it)
 TIMING = ("id", "turn", "batch", "n_tokens", "seconds", "cpu_seconds", "hf_tokens", "hf_seconds", "hf_cpu_seconds")
-
-
-def _decode_prompt(comp: CellComponents, p, cfg: dict, progress: Progress, method: dict, trace_left: int) -> list[dict]:
-    """Every turn of prompt `p` with `method`'s drafter/selector/predictor (AR when its name is 'ar'); rows
-    already in `progress` are reused. `trace_left`: verify passes whose traces may still be kept."""
-    ar = method["name"] == "ar"
-    rows, answers = [], []
-    for turn in range(len(p.turns)):
-        key = f"{method['name']}/{p.id}/{turn}"
-        row = progress.rows.get(key)
-        if row is None:
-            ids = encode_turn(comp.tokenizer, p.turns, answers, p.completion, cfg["model"].get("chat_template", True))
-            drafter = None if ar else comp.drafter
-            # prepared before the clock starts: a compiled engine's warm-up is env.compile_s, never a timing
-            predictor = None if ar else comp.predictor
-            session = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
-            depth, topk = session.draft_shape
-            engine = comp.engine.for_decode(
-                comp.target,
-                drafter,
-                cfg["gamma"],
-                len(ids),
-                cfg["max_new_tokens"],
-                predictor=predictor if method["selector"] in needing_experts() else None,
-                depth=depth,
-                topk=topk,
-                depths=session.draft_depths,
-            )
-            t0, c0 = clock_now()
-            res = ecospec.generate(
-                comp.target,
-                torch.tensor([ids]),
-                drafter=drafter,
-                engine=engine,
-                selector=method["selector"],
-                predictor=predictor,
-                trace=not ar and trace_left > 0,
-                profile=None if ar else comp.profile,
-                **_decoding(cfg, method),
-            )
-            t1, c1 = clock_now()
-            row = prompt_row(p.id, turn, len(ids), res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
-            if ar and times_hf_peer(cfg):  # the AR users have, on the same prompt right after ours
-                hf_tokens, hf_seconds, hf_cpu = hf_generate(
-                    comp.target,
-                    torch.tensor([ids]),
-                    cfg["temperature"],
-                    cfg["top_p"],
-                    cfg["max_new_tokens"],
-                    cfg["seed"],
-                )
-                row.update(
-                    hf_tokens=len(hf_tokens),
-                    hf_seconds=hf_seconds,
-                    hf_cpu_seconds=hf_cpu,
-                    hf_same=hf_tokens == row["tokens"],
-                )
-            if cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
-                row.update(replay_quality(comp.target, ids, row["tokens"]))
-            if not ar and trace_left > 0:
-                row["trace"] = [asdict(st.trace) for st in res.steps[:trace_left]]
-            progress.add(key, row)
-        rows.append(row)
-        trace_left -= len(row.get("trace", ()))
-        answers.append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
-    return rows
-
-
-def _decode_prompts(
-    comp: CellComponents, prompts, cfg: dict, progress: Progress, interleave_ar: bool, others: tuple = ()
-) -> tuple[dict[str, list[dict]], list[dict] | None]:
-    """({method name: its rows}, AR's rows or None): every prompt with the cell's method, then each of `others`
-    ((method, components) of `experiment.interleave`), then, when `interleave_ar`, AR (so a machine that slows
-    down slows them all alike: every speedup and every method-against-method ratio is a ratio of one run)."""
-    runs = [(cfg["method"], comp), *others]
-    # the verify passes whose routes each method may still keep, over the whole cell
-    trace_left = {m["name"]: 0 if m["name"] == "ar" else int(cfg.get("trace_steps") or 0) for m, _ in runs}
-    rows: dict[str, list[dict]] = {m["name"]: [] for m, _ in runs}
-    ar_rows = [] if interleave_ar else None
-    name = " + ".join(m["name"] for m, _ in runs) + (" + ar" if interleave_ar else "")
-    bar = tqdm(prompts, desc=f"{name} {cfg['dataset']['name']}", unit="prompt", disable=not cfg.get("progress", True))
-    for p in bar:
-        for method, c in runs:
-            new = _decode_prompt(c, p, cfg, progress, method, trace_left[method["name"]])
-            trace_left[method["name"]] -= sum(len(r.get("trace", ())) for r in new)
-            rows[method["name"]] += new
-        if interleave_ar:
-            ar_rows += _decode_prompt(comp, p, cfg, progress, AR_METHOD, 0)
-    return rows, ar_rows
-
-
-DECODING = ("gamma", "depth", "topk", "temperature", "top_p", "max_new_tokens", "seed")  # the cell's, as generate takes
-
-
-def _decoding(cfg: dict, method: dict) -> dict:
-    """generate()'s and generate_batch()'s decoding arguments from the cell's config, with the expert budget of
-    MoE-Spec's methods (never AR, the full target)."""
-    out = {k: cfg[k] for k in DECODING}
-    if method.get("budgeted"):
-        out.update(expert_budget=cfg["expert_budget"], budget_policy=cfg.get("budget_policy") or "truncate")
-    return out
 
 
 def batch_schedule(prompts, size: int):
@@ -161,106 +49,41 @@ def batch_schedule(prompts, size: int):
         queue.extend((i, t + 1) for i, t in batch if t + 1 < len(prompts[i].turns))
 
 
-def _decode_batch(
-    comp: CellComponents,
-    prompts,
-    batch,
-    n: int,
-    cfg: dict,
-    progress: Progress,
-    method: dict,
-    answers: dict,
-    trace_left: int,
-) -> tuple[list[dict], dict]:
-    """Batch `n` of the schedule (`batch`: (prompt index, turn) pairs) decoded together by `generate_batch`, or its
-    rows from `progress`: (rows, batch row). Each prompt row gets an equal share of the batch's wall time (so a
-    cell's seconds count every batch once); the batch row holds what the batched verify passes did."""
-    ar = method["name"] == "ar"
-    keys = [f"{method['name']}/{prompts[i].id}/{t}" for i, t in batch]
-    bkey = f"{method['name']}/batch/{n}"
-    if bkey in progress.rows and all(k in progress.rows for k in keys):
-        return [progress.rows[k] for k in keys], progress.rows[bkey]
-    chat = cfg["model"].get("chat_template", True)
-    ids = [encode_turn(comp.tokenizer, prompts[i].turns, answers[i][:t], prompts[i].completion, chat) for i, t in batch]
-    drafter = None if ar else comp.drafter
-    # prepared before the clock starts (the head and predictor too), for the cell's batch size: a smaller last
-    # batch runs in its rows
-    session = method_spec(method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
-    engine = comp.engine.for_decode(
-        comp.target,
-        drafter,
-        cfg["gamma"],
-        max(map(len, ids)),
-        cfg["max_new_tokens"],
-        predictor=None if ar or method["selector"] not in needing_experts() else comp.predictor,
-        depth=session.draft_shape[0],
-        topk=session.draft_shape[1],
-        depths=session.draft_depths,
-        rows=cfg["batch_size"],
-    )
-    t0, c0 = clock_now()
-    res = ecospec.generate_batch(
-        comp.target,
-        ids,
-        engine=engine,
-        drafter=drafter,
-        selector=method["selector"],
-        predictor=None if ar else comp.predictor,
-        trace=not ar and trace_left > 0,
-        batch_buffer=cfg.get("batch_buffer") or "sequence",
-        profile=None if ar else comp.profile,
-        **_decoding(cfg, method),
-    )
-    t1, c1 = clock_now()
-    brow = batch_row(n, keys, res, t1 - t0, not ar and comp.predictor == "oracle", c1 - c0)
-    rows = []
-    for (i, t), key, r in zip(batch, keys, res.results, strict=True):
-        share = brow["seconds"] / len(batch), brow["cpu_seconds"] / len(batch)
-        row = prompt_row(prompts[i].id, t, len(ids[len(rows)]), r, share[0], False, share[1])
-        row.update(batch=n, batch_size=len(batch))
-        if cfg.get("expert_budget") is not None:
-            row.update(replay_quality(comp.target, ids[len(rows)], row["tokens"]))
-        if not ar and trace_left > 0:
-            row["trace"] = [asdict(st.trace) for st in r.steps[:trace_left]]
-            trace_left -= len(row["trace"])
-        progress.add(key, row)
-        rows.append(row)
-    progress.add(bkey, brow)  # last: a batch counts as done once its batch row is written
-    return rows, brow
-
-
-def _decode_batched(comp: CellComponents, prompts, cfg: dict, progress: Progress, interleave_ar: bool):
-    """`_decode_prompts` at batch_size > 1: (rows, batch rows, AR rows, AR batch rows), AR decoding each batch right
-    after the method when `interleave_ar`. Rows come back in dataset order (prompt, then turn)."""
-    method = cfg["method"]
-    trace_left = 0 if method["name"] == "ar" else int(cfg.get("trace_steps") or 0)
-    answers = {m["name"]: {i: [] for i in range(len(prompts))} for m in (method, AR_METHOD)}  # each its own answers
-    rows, batches, ar_rows, ar_batches = [], [], [], []
-    name = method["name"] + (" + ar" if interleave_ar else "")
-    bar = tqdm(
-        total=sum(len(p.turns) for p in prompts),
-        desc=f"{name} {cfg['dataset']['name']} B={cfg['batch_size']}",
-        unit="prompt",
-        disable=not cfg.get("progress", True),
-    )
-    for n, batch in enumerate(batch_schedule(prompts, cfg["batch_size"])):
-        new, brow = _decode_batch(comp, prompts, batch, n, cfg, progress, method, answers[method["name"]], trace_left)
-        trace_left -= sum(len(r.get("trace", ())) for r in new)
-        rows += new
-        batches.append(brow)
-        if interleave_ar:
-            new_ar, brow_ar = _decode_batch(comp, prompts, batch, n, cfg, progress, AR_METHOD, answers["ar"], 0)
-            ar_rows += new_ar
-            ar_batches.append(brow_ar)
-        done = [(method["name"], new)] + ([("ar", new_ar)] if interleave_ar else [])
-        for name_, got in done:
-            for (i, _), row in zip(batch, got, strict=True):
-                answers[name_][i].append(comp.tokenizer.decode(row["tokens"], skip_special_tokens=True))
-        bar.update(len(batch))
+def _decode(prompts, cfg: dict, progress: Progress, decoders: list[Decoder], peer: HfPeer | None = None):
+    """({decoder: its rows}, {decoder: its batch rows} or None at batch 1): every prompt (batch 1) or batch of the
+    schedule decoded by each decoder in turn, `peer` right after the AR decoder it times. Rows come back in dataset
+    order (prompt, then turn)."""
+    size = cfg["batch_size"]
+    rows: dict[str, list[dict]] = {x.name: [] for x in decoders}
+    batches: dict[str, list[dict]] | None = {x.name: [] for x in decoders} if size > 1 else None
+    desc = " + ".join(x.name for x in decoders) + f" {cfg['dataset']['name']}" + (f" B={size}" if size > 1 else "")
+    total = sum(len(p.turns) for p in prompts) if size > 1 else len(prompts)
+    bar = tqdm(total=total, desc=desc, unit="prompt", disable=not cfg.get("progress", True))
+    if size > 1:
+        for n, batch in enumerate(batch_schedule(prompts, size)):
+            for x in decoders:
+                new, brow = x.batch(prompts, batch, n, progress)
+                rows[x.name] += new
+                batches[x.name].append(brow)
+            bar.update(len(batch))
+        order = {p.id: i for i, p in enumerate(prompts)}
+        rows = {k: sorted(v, key=lambda r: (order[r["id"]], r["turn"])) for k, v in rows.items()}
+    else:
+        for i, p in enumerate(prompts):
+            for x in decoders:
+                new = x.prompt(i, p, progress)
+                rows[x.name] += new
+                if peer is not None and peer.ar is x:
+                    peer.prompt(i, p, progress, new)
+            bar.update(1)
     bar.close()
-    order = {p.id: i for i, p in enumerate(prompts)}
-    by_prompt = lambda r: (order[r["id"]], r["turn"])
-    return sorted(rows, key=by_prompt), batches, sorted(ar_rows, key=by_prompt) if interleave_ar else None, ar_batches
+    return rows, batches
+
+
+def _ar(comp: CellComponents, cfg: dict) -> tuple[Decoder, HfPeer | None]:
+    """The AR decoder of the cell's target, and transformers' `generate` beside it where the cell times it."""
+    ar = Decoder(dict(AR_METHOD), comp, cfg, speculative=False)
+    return ar, HfPeer(ar) if times_hf_peer(cfg) else None
 
 
 def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches, clock: str) -> dict:
@@ -274,11 +97,9 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
             return cached
     rows, batches = own_rows, own_batches
     if rows is None:
-        ar_cfg = {**cfg, "method": AR_METHOD}
-        if cfg["batch_size"] > 1:
-            rows, batches, _, _ = _decode_batched(comp, prompts, ar_cfg, progress, False)
-        else:
-            rows = [r for p in prompts for r in _decode_prompt(comp, p, ar_cfg, progress, AR_METHOD, 0)]
+        ar, peer = _ar(comp, {**cfg, "method": AR_METHOD})
+        by_name, by_batch = _decode(prompts, ar.cfg, progress, [ar], peer)
+        rows, batches = by_name[ar.name], by_batch and by_batch[ar.name]
     summary = summarize(rows, batches, clock)
     ours = summary["tokens_per_s"]
     timed = [r for r in rows if "hf_seconds" in r]
@@ -381,19 +202,25 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
     mode = d.get("ar_baseline") or "auto"
-    interleave = d["method"]["name"] != "ar" and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
+    speculative = d["method"].get("drafter") is not None  # AR's own cell is its baseline
+    interleave = speculative and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
     others = companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
-    if d["batch_size"] > 1:
-        rows, batches, ar_rows, ar_batches = _decode_batched(comp, prompts, d, progress, interleave)
-    else:
-        by_method, ar_rows = _decode_prompts(
-            comp, prompts, d, progress, interleave, [(o[0]["method"], o[1]) for o in others]
-        )
-        rows, batches, ar_batches = by_method[d["method"]["name"]], None, None
-    is_ar = d["method"]["name"] == "ar"
-    own, own_batches = (rows, batches) if is_ar else (ar_rows, ar_batches)
-    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], own, own_batches, clock)
-    pairing = "paired" if own is not None else ("weakly paired" if ar.get("timing") else "none")
+    trace = int(d.get("trace_steps") or 0)
+    own = Decoder(d["method"], comp, d, speculative, trace if speculative else 0)
+    decoders = [own, *(Decoder(cd["method"], ccomp, d, True, trace) for cd, ccomp, _ in others)]
+    ar_decoder = None  # AR decoded here: the cell's own decoder when it is AR, else beside it when interleaved
+    if not speculative:
+        ar_decoder = own
+    elif interleave:
+        ar_decoder, _ = _ar(comp, d)
+        decoders.append(ar_decoder)
+    peer = HfPeer(ar_decoder) if ar_decoder is not None and times_hf_peer(d) else None
+    by_name, by_batch = _decode(prompts, d, progress, decoders, peer)
+    rows, batches = by_name[own.name], by_batch and by_batch[own.name]
+    ar_rows = None if ar_decoder is None else by_name[ar_decoder.name]
+    ar_batches = None if ar_decoder is None or by_batch is None else by_batch[ar_decoder.name]
+    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], ar_rows, ar_batches, clock)
+    pairing = "paired" if ar_rows is not None else ("weakly paired" if ar.get("timing") else "none")
     record["env"].update(comp.engine.env())  # engine, compile_s (the warm-up, outside every timing)
     _fill(record, comp, d, rows, batches, ar, clock, why, pairing)
     kept_names = record.pop("_kept", [])
@@ -406,7 +233,7 @@ def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) ->
         record["interleaved"] = {"run": run, "methods": group, "kept": kept_names}
         for cd, ccomp, cdir in others:
             rec = {**record_head(cd), "env": record["env"], "data_source": record["data_source"]}
-            _fill(rec, ccomp, cd, by_method[cd["method"]["name"]], None, ar, clock, why, pairing)
+            _fill(rec, ccomp, cd, by_name[cd["method"]["name"]], None, ar, clock, why, pairing)
             rec["summary"]["intervals"]["run"] = run
             rec["interleaved"] = {**record["interleaved"], "in": record["cell"]}
             rec.update(status="ok", finished=now())
