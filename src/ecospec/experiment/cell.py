@@ -1,6 +1,7 @@
-"""Run one cell: validate, load prompts and components, decode every prompt (checkpointed), measure or reuse
-the AR baseline, and write `result.json`. A failure becomes a `failed` record; it never raises, so the
-other cells of a sweep go on, and it never overwrites an ok record."""
+"""Run one cell: validate, load prompts and components, hand every prompt (or batch) to each of its decoders in turn
+(`experiment.contenders`: its method, the methods interleaved beside it, AR; checkpointed), measure or reuse the AR
+baseline, and write `result.json`. A failure becomes a `failed` record; it never raises, so the other cells of a
+sweep go on, and it never overwrites an ok record."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     speed, tpot, facts = [], [], {"speedup": {}, "exact": {}, "tpot": {}}
     ar = sub.groupby("batch_size")["ar_tpot_ms"].mean()
     facts["tpot"]["ar"] = {int(b): float(t) for b, t in ar.items()}
-    tpot.append(["AR", *(f"{ar[b]:.2f}" if b in ar else "—" for b in sizes), "", ""])
+    tpot.append(["AR", *(_num(ar[b], 2) if b in ar else "—" for b in sizes), "", ""])
     for m in METHODS:
         g = sub[sub["method"] == m].set_index("batch_size")
         if g.empty:
@@ -90,7 +90,7 @@ def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
             + ["pays at every B" if stop is None else f"B = {stop}", f"{g.alpha.mean():.2f}", pos]
         )
         tpot.append(
-            [LABELS[m], *(f"{g.loc[b].tpot_ms:.2f}" if b in g.index else "—" for b in sizes)]
+            [LABELS[m], *(_num(g.loc[b].tpot_ms, 2) if b in g.index else "—" for b in sizes)]
             + [_num(g.E.mean(), 1), _num(g.mean_block.mean(), 2)]
         )
     bs = [f"B = {b}" for b in sizes]
