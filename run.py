@@ -27,8 +27,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ecospec import conf_dir
-from ecospec.experiment.cell import one_line
 from ecospec.experiment.dispatch import run_any
+from ecospec.experiment.kinds import one_line
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")

@@ -10,13 +10,13 @@ from hydra import compose, initialize_config_dir
 
 from ecospec import conf_dir, identity
 from ecospec.experiment.config import as_dict
+from ecospec.experiment.kinds import job_id
 from ecospec.identity import (
     AR_RULES,
     CELL_RULES,
     ar_key,
     aside_name,
     cell_id,
-    job_id,
     random_checkpoint_key,
     record_stands,
     release_identity,

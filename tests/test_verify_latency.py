@@ -318,7 +318,7 @@ def test_report_figure_and_fitted_profiles(tmp_path):
 
 def test_settings_and_the_fig1a_job_config():
     from ecospec.experiment.config import ConfigError, job_name, validate_job
-    from ecospec.identity import job_config
+    from ecospec.experiment.kinds import job_config
 
     good = {
         "layers": 2,

@@ -158,7 +158,7 @@ def test_vllm_cell_measures_tpot_speedup_and_acceptance_and_stops_its_servers(ch
     assert "--no-enable-prefix-caching" in rec["server_args"]["ar"]
     assert s["matches_ar"] == 1.0  # greedy: the same texts with and without speculation
     assert not _server_pids(str(checkpoint / "target"))
-    from ecospec.experiment.cell import one_line  # what run.py prints for it (vLLM reports no experts)
+    from ecospec.experiment.kinds import one_line  # what run.py prints for it (vLLM reports no experts)
 
     assert "TPOT" in one_line(rec) and f"speedup {s['speedup']:.2f}x" in one_line(rec)
     hf = dict(d, backend={"name": "hf"})

@@ -6,8 +6,8 @@ A back-compatibility exception is a `Rule`: a name, the reason, and what it drop
 an identity only where it differs from what ran before it existed. Each rule has a test in
 tests/test_identity_rules.py; tests/test_identity.py pins the ids themselves.
 
-Light on purpose (the cache's hash, the fig1a benchmark's settings and OmegaConf only): config, store, the jobs and
-the tiny build all import it.
+Light on purpose (the cache's hash and OmegaConf only): config, store, the jobs and the tiny build all import it. A
+job kind's own identity blocks are its record's (`experiment.kinds`), from the keys here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
-from ecospec.bench import SETTINGS as FIG1A_KEYS
 from ecospec.cache import digest
 
 # ------------------------------------------------------------------------------------------------------ the keys
@@ -76,7 +75,6 @@ AR_KEYS = ("dataset", "temperature", "top_p", "batch_size", "num_prompts", "spli
 AR_NOT_TARGET = ("drafters", "default_drafter", "predictor", "facts")  # model keys an AR never uses
 AR_DEFAULTS = {"split": "heldout"}  # a config from before the split knob ran the held-out prompts: its AR is theirs
 JOB_BLOCKS = ("model", "dataset", "traces", "training", "gto", "fig1a", "num_prompts")
-WEIGHTS_KINDS = ("cell",)  # jobs whose record names the embedded default's weights it decoded with
 TINY_CACHE_FORMAT = 1  # bump when the tiny cache's layout or the meaning of a stage's files change
 
 
@@ -203,47 +201,6 @@ def job_kind(cfg: DictConfig | Mapping) -> str:
 def store_identity(model: Mapping) -> dict:
     """The target as the store knows it (`STORE_KEYS`)."""
     return {k: model.get(k) for k in STORE_KEYS}
-
-
-def model_identity(model: Mapping, kind: str) -> dict:
-    """A job's target: its name and store identity (dtype and placement do not change what is made), plus the
-    predictor's backbone for the training job, the prompt format for traces, the start head and format for GTO."""
-    out = {"name": model.get("name"), **store_identity(model)}
-    if kind == "traces":
-        out["chat_template"] = model.get("chat_template")
-    if kind == "predictor":
-        out["backbone"] = (model.get("predictor") or {}).get("backbone")
-    if kind == "gto":
-        out["head"] = ((model.get("drafters") or {}).get("eagle3") or {}).get("path")
-        out["chat_template"] = model.get("chat_template")
-    return out
-
-
-def job_config(cfg: DictConfig | Mapping) -> dict:
-    """The keys that identify a job: a cell's `cell_config`; for the other jobs the model's identity and their own
-    block's keys."""
-    kind = job_kind(cfg)
-    if kind == "cell":
-        return cell_config(cfg)
-    d = {k: resolved(cfg.get(k)) for k in JOB_BLOCKS}  # not `hydra`
-    out = {"job": kind, "model": model_identity(d["model"], kind)}
-    if kind == "traces":
-        t = d.get("traces") or {}
-        out["dataset"] = d["dataset"]
-        out["traces"] = {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}
-    elif kind == "gto":
-        g = d.get("gto") or {}
-        out["gto"] = {k: g.get(k) for k in GTO_KEYS}
-    elif kind == "fig1a":
-        out["fig1a"] = {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}
-    else:
-        t = d.get("training") or {}
-        out["training"] = {k: t.get(k) for k in TRAINING_KEYS}
-    return out
-
-
-def job_id(cfg: DictConfig | Mapping) -> str:
-    return config_id(job_config(cfg))
 
 
 # ------------------------------------------------------------------------------------------------ AR baseline key

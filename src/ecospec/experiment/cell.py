@@ -262,37 +262,3 @@ def _fill(record: dict, comp: CellComponents, d: dict, rows, batches, ar: dict, 
 def run_cell(cfg, cell_dir: str | Path) -> dict:
     """Run (or skip) one cell and return its record."""
     return run_job(cfg, cell_dir, _decode_cell)
-
-
-def one_line(record: dict) -> str:
-    """α, E, speedup vs AR and estimated HBM per verify pass of a cell's record (what a traces or predictor job
-    made), or its error."""
-    if record["status"] != "ok":
-        return f"{record['cell']}: FAILED {record.get('error', '')}"
-    s = record["summary"]
-    skipped = " (existing record)" if record.get("skipped") else ""
-    if record.get("kind") == "traces":
-        return f"{record['cell']}{skipped}: {s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
-    if record.get("kind") == "fig1a":
-        return f"{record['cell']}{skipped}: {s['points']} verify-latency points ({', '.join(s['impls'])}) -> {s['out']}"
-    if record.get("kind") == "predictor":
-        return (
-            f"{record['cell']}{skipped}: held-out top-k accuracy {s['final_accuracy']:.3f} (chance {s['chance']:.3f}); "
-            f"published {', '.join(s['published'])} -> {s['store']}"
-        )
-    cpu = record.get("env", {}).get("device") == "cpu"
-    clock = {"thread_cpu": " (CPU time)", "wall": " (CPU wall clock)"}.get(s.get("clock", "wall"), "") if cpu else ""
-    if ((record.get("config") or {}).get("backend") or {}).get("name") == "vllm":  # vLLM reports no experts
-        return (
-            f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  TPOT {1e3 * s['tpot_s']:.2f} ms vs AR "
-            f"{1e3 * s['ar_tpot_s']:.2f} ms  speedup {s['speedup']:.2f}x (vLLM{', CPU wall clock' if clock else ''})"
-        )
-    iv = (s.get("intervals") or {}).get("speedup")
-    band = f" [{iv['low']:.2f}, {iv['high']:.2f}]" if iv else ""
-    env = record.get("env") or {}
-    warm = f"  compiled, warm-up {env['compile_s']:.1f} s (untimed)" if env.get("engine") == "compiled" else ""
-    return (
-        f"{record['cell']}{skipped}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
-        f"speedup {s['speedup']:.2f}x{band} vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB "
-        f"(est.){warm}"
-    )

@@ -20,10 +20,12 @@ from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
 from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
+from ecospec.experiment import kinds
 from ecospec.experiment.clock import CLOCKS
-from ecospec.identity import cell_config, config_id, job_config, job_kind
+from ecospec.experiment.kinds import job_id as job_id  # re-exported: tests/test_identity.py imports it from here
+from ecospec.experiment.kinds import job_name as job_name  # re-exported: the jobs, the sweeper and tests import it here
+from ecospec.identity import cell_config, config_id
 from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
-from ecospec.identity import job_id as job_id  # re-exported: tests/test_identity.py imports it from here
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
@@ -32,7 +34,6 @@ from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 
 SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
-JOBS = ("cell", "traces", "predictor", "gto", "fig1a")  # fig1a: the verify-latency benchmark (ecospec.bench)
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
 BACKENDS = ("hf", "vllm")
@@ -57,20 +58,6 @@ def as_dict(cfg: DictConfig | Mapping) -> dict:
     }
 
 
-def job_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
-    """A job's directory name: a cell's `cell_name`; `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`;
-    `<kind>-<model>-<hash>` (`identity`: the job's `job_config` when the caller already holds it)."""
-    kind = job_kind(cfg)
-    c = job_config(cfg) if identity is None else identity
-    if kind == "cell":
-        return cell_name(cfg, c)
-    if kind == "traces":
-        t = c["traces"]
-        part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
-        return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{config_id(c)[:6]}"
-    return f"{kind}-{c['model']['name']}-{config_id(c)[:6]}"
-
-
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -88,14 +75,6 @@ def cell_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
     return f"{head}-{knobs}-{config_id(c)[:6]}"
-
-
-def _cell_resolver(*, _root_: DictConfig) -> str:
-    return job_name(_root_)
-
-
-if not OmegaConf.has_resolver("ecospec_cell"):
-    OmegaConf.register_new_resolver("ecospec_cell", _cell_resolver)
 
 
 def _bad(key: str, value: Any, allowed: str) -> ConfigError:
@@ -212,22 +191,19 @@ def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
     what they make (the predictor) need not exist yet; each job checks again when it starts."""
     d = as_dict(cfg)
     d["_gpus_per_node"] = _launcher_gpus(cfg)
-    kind = job_kind(d)
-    if kind not in JOBS:
-        raise _bad("job", kind, f"allowed: {', '.join(JOBS)}")
-    if kind == "traces":
-        validate_traces(d)
-    elif kind == "predictor":
-        validate_training(d)
-    elif kind == "gto":
-        validate_gto(d)
-    elif kind == "fig1a":
-        _validate_model(d["model"])
-        problem = settings_problem(d.get("fig1a") or {})
-        if problem:
-            raise ConfigError(f"fig1a.{problem}")
-    else:
-        validate(d, check_predictor=not awaiting)
+    try:
+        kind = kinds.of(d)
+    except ValueError:
+        raise _bad("job", d.get("job"), f"allowed: {', '.join(kinds.names())}") from None
+    kind.validate(d, awaiting)
+
+
+def validate_fig1a(d: Mapping) -> None:
+    """The verify-latency benchmark's target and its settings (`ecospec.bench.settings_problem`)."""
+    _validate_model(d["model"])
+    problem = settings_problem(d.get("fig1a") or {})
+    if problem:
+        raise ConfigError(f"fig1a.{problem}")
 
 
 def _validate_datasets(datasets, key: str, allowed: str) -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import torch
 
+from ecospec.experiment import kinds
 from ecospec.experiment.components import pick_device
 from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
+from ecospec.experiment.kinds import job_config, job_id
 from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
 from ecospec.experiment.records import (
     FAILED,
@@ -27,16 +29,7 @@ from ecospec.experiment.records import (
     rows_path,
     write_record_file,
 )
-from ecospec.identity import (
-    WEIGHTS_KINDS,
-    aside_name,
-    config_id,
-    job_config,
-    job_id,
-    job_kind,
-    record_stands,
-    weights_tag,
-)
+from ecospec.identity import aside_name, config_id, job_kind, record_stands, weights_tag
 from ecospec.parallel import env_rank, env_world, init_group, world
 from ecospec.tiny.build import tiny_weights
 
@@ -142,16 +135,16 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
     if rec is not None:
         rec["skipped"] = True
         return rec
-    ranks = wants_ranks(d) if kind != "predictor" else 1  # the predictor job never loads the target
+    ranks = wants_ranks(d) if kinds.kind(kind).ranks else 1
     if ranks > 1 and not in_group_env():
         return _run_spawned(d, job_dir, ranks, body, made)
     record = record_head(d, identity)
-    weights = _weights(d) if kind in WEIGHTS_KINDS else None
+    weights = _weights(d) if kinds.kind(kind).measures else None
     t0 = time.perf_counter()
     try:
         validate_job(d)
         device = setup_device(d, ranks)
-        if kind in ("cell", "traces", "gto"):
+        if kinds.kind(kind).checks_memory:
             check_memory(d, device, ranks)  # before any Hub call: a target that cannot fit never starts a download
         if ranks > 1:
             join_group(d, device, ranks)
@@ -186,7 +179,7 @@ def kept(
     """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
     still there, made with the embedded-default weights in use; one made with others is set aside), else None.
     `identity`: the job's `job_config` when the caller holds it."""
-    weights = _weights(d) if job_kind(d) in WEIGHTS_KINDS else None
+    weights = _weights(d) if kinds.of(d).measures else None
     job = job_id(d) if identity is None else config_id(identity)
     if not is_done(job_dir, job) or d.get("force") or (made is not None and not made(d)):
         return None
@@ -214,7 +207,7 @@ def record_head(d: dict, identity: dict | None = None) -> dict:
         "config": {**config, **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
-    if kind == "cell" and d["model"].get("gamma") is not None:
+    if kinds.kind(kind).measures and d["model"].get("gamma") is not None:
         # the model's own gamma: not identity, but the tables hold each model at it (report.frame); a copy, so that
         # `identity` stays what identifies the job
         record["config"]["model"] = {**config["model"], "gamma": d["model"]["gamma"]}
@@ -225,7 +218,7 @@ def finish_record(job_dir: Path, d: dict, record: dict) -> None:
     """Write the record (`write_record`) and, for a cell with a logger, its W&B run: the record as written, read
     back whole (sidecar merged), so that W&B mirrors the files."""
     path = write_record(job_dir, record)
-    if job_kind(d) == "cell" and (d.get("logger") or {}).get("name", "none") != "none":
+    if kinds.of(d).measures and (d.get("logger") or {}).get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
         log_cell(read_record(path) or record, d["logger"], job_dir)

@@ -1,0 +1,30 @@
+"""fig1a: the verify-latency benchmark (`ecospec.bench.verify_latency`), the EcoSpec paper's Figure 1(a)."""
+
+from ecospec.bench import SETTINGS as FIG1A_KEYS
+from ecospec.experiment.config import validate_fig1a
+from ecospec.experiment.kinds import JobKind, register, skipped
+
+
+def run(cfg, job_dir):
+    from ecospec.experiment.fig1a_job import run_fig1a
+
+    return run_fig1a(cfg, job_dir)
+
+
+def line(record: dict) -> str:
+    s = record["summary"]
+    impls = ", ".join(s["impls"])
+    return f"{record['cell']}{skipped(record)}: {s['points']} verify-latency points ({impls}) -> {s['out']}"
+
+
+KIND = register(
+    JobKind(
+        name="fig1a",
+        validate=lambda d, awaiting: validate_fig1a(d),
+        run=run,
+        line=line,
+        blocks=lambda d: {"fig1a": {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}},
+        checks_memory=False,
+        order=50,
+    )
+)

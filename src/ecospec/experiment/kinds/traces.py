@@ -1,0 +1,42 @@
+"""traces: the target's routing on a dataset's prompts, stored for the expert predictor (`experiment.traces_job`)."""
+
+from ecospec.experiment.config import validate_traces
+from ecospec.experiment.kinds import JobKind, register, skipped
+from ecospec.identity import TRACES_KEYS, config_id
+
+
+def run(cfg, job_dir):
+    from ecospec.experiment.traces_job import run_traces
+
+    return run_traces(cfg, job_dir)
+
+
+def blocks(d: dict) -> dict:
+    t = d.get("traces") or {}
+    return {"dataset": d["dataset"], "traces": {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}}
+
+
+def directory(c: dict) -> str:
+    t = c["traces"]
+    part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
+    return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{config_id(c)[:6]}"
+
+
+def line(record: dict) -> str:
+    s = record["summary"]
+    made = f"{s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
+    return f"{record['cell']}{skipped(record)}: {made}"
+
+
+KIND = register(
+    JobKind(
+        name="traces",
+        validate=lambda d, awaiting: validate_traces(d),
+        run=run,
+        line=line,
+        blocks=blocks,
+        model=lambda model: {"chat_template": model.get("chat_template")},
+        directory=directory,
+        order=20,
+    )
+)
