@@ -246,9 +246,9 @@ MID = profile(2e-4)  # a fully accepted tree would pay; EVICT's priced choice mo
 
 @pytest.mark.parametrize("prof", [CHEAP, MID, DEAR], ids=["cheap", "mid", "dear"])
 def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
-    """Alone it verifies as EVICT does on every step it drafts. Where a step verifies its root alone it drafts
-    nothing for the next `FIRST_SKIP` steps (EVICT drafts on), and where even a fully accepted tree would lose to AR
-    steps it never drafts. In a batch every sequence's tokens are AR's."""
+    """Alone its first step is EVICT's. Where a step gives less than AR steps would (one that verifies its root
+    alone always does) it drafts nothing for the next `FIRST_SKIP` steps (EVICT drafts on), and where even a fully
+    accepted tree would lose to AR steps it never drafts. In a batch every sequence's tokens are AR's."""
     target, drafter, _ = pair
     gen = torch.Generator().manual_seed(9)
     prompts = [torch.randint(3, target.config.vocab_size, (n,), generator=gen) for n in (14, 9, 20)]
@@ -256,8 +256,8 @@ def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
     steps = lambda res: [(st.drafted_depth, st.verified, st.accepted) for st in res.steps]  # noqa: E731
     alone = steps(ecospec.generate(target, prompts[0][None], selector="adaptive_verify", **kw))
     evict = steps(ecospec.generate(target, prompts[0][None], selector="evict", **kw))
-    if prof is CHEAP:  # every step pays: EVICT's steps exactly
-        assert alone == evict and all(d > 0 for d, _, _ in alone)
+    if prof is CHEAP:  # steps pay: EVICT's first step, and it drafts on most
+        assert alone[0] == evict[0] and sum(d > 0 for d, _, _ in alone) > len(alone) / 2
     elif prof is MID:
         assert best_gain(prof, 3, 6) > 0 and alone[0] == evict[0] == (3, 1, 1)
         assert all(d == 0 for d, _, _ in alone[1 : 1 + FIRST_SKIP]) and alone[1 + FIRST_SKIP][0] == 3
@@ -268,7 +268,24 @@ def test_adaptive_verify_is_evict_alone_and_lossless_in_a_batch(pair, prof):
     for p, res in zip(prompts, got.results, strict=True):
         assert res.tokens == ecospec.generate(target, p[None], max_new_tokens=30, eos_token_id=[]).tokens
     speculating = sum(s.verified > s.sequences for s in got.steps) / len(got.steps)
-    assert speculating > 0.5 if prof is CHEAP else speculating < 0.5
+    assert speculating >= 0.4 if prof is CHEAP else speculating < 0.2  # the profile decides how much it drafts
+
+
+def test_adaptive_verify_backs_off_where_its_steps_gave_less_than_ar():
+    """What a drafted step gave (its tokens over its drafting and verify pass, against AR steps), averaged half each
+    step: below AR's, the next `FIRST_SKIP` steps draft nothing; a step well above keeps it drafting."""
+    from ecospec.methods.adaptive_verify import VerifySession
+
+    s = VerifySession(method("adaptive_verify"), 6, 3, 2, CHEAP)
+    assert s.shape() == (3, 2)
+    s.observe(accepted=5, verified=6)  # 5 tokens for about one AR step's time
+    assert s.ratio > 1 and s.shape() == (3, 2)
+    s.observe(accepted=1, verified=6)  # the average stays above AR's
+    assert s.shape() == (3, 2)
+    fresh = VerifySession(method("adaptive_verify"), 6, 3, 2, CHEAP)
+    fresh.shape()
+    fresh.observe(accepted=1, verified=6)  # one token for more than an AR step's time
+    assert fresh.ratio < 1 and [fresh.shape()[0] for _ in range(FIRST_SKIP + 1)] == [0] * FIRST_SKIP + [3]
 
 
 def test_adaptive_verify_prices_the_best_case_at_the_batch(pair):

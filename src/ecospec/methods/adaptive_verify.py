@@ -9,13 +9,14 @@ k = 0 makes the step an AR step for every sequence. At one sequence it is EVICT'
 Ours beyond vLLM's rule, because the drafting is paid before k is chosen (on a small target the head's passes are a
 large part of a step): a sequence drafts only where a step of the configured tree could beat AR steps at the
 batch's prices if every drafted token on its path were accepted, where that could repay the head's catch-up over the
-tokens it has not seen, and not for a while after a step whose global top k gave it nothing (`_decline.Backoff`), as
-EcoSpec-Adaptive decides. A sequence that drafts nothing verifies its root alone."""
+tokens it has not seen, and not for a while (`_decline.Backoff`) after its steps gave fewer tokens per second than
+AR steps would have (what each step produced over its drafting and verify pass at the batch's prices, averaged half
+each step), as EcoSpec-Adaptive declines. A sequence that drafts nothing verifies its root alone."""
 
 from ecospec.methods import MethodSpec, Session, register
 from ecospec.methods._decline import Backoff, best_gain, repays
 from ecospec.methods._greedy import by_probability
-from ecospec.methods._rate import best_prefix
+from ecospec.methods._rate import best_prefix, drafted_seconds
 
 
 class VerifySession(Session):
@@ -23,7 +24,7 @@ class VerifySession(Session):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.backoff, self.drafting, self._gains = Backoff(), False, (None, 0.0)
+        self.backoff, self.drafting, self._gains, self.ratio = Backoff(), False, (None, 0.0), None
 
     def shape(self, behind: int = 0, left: int | None = None) -> tuple[int, int]:
         self.drafting = False
@@ -40,8 +41,15 @@ class VerifySession(Session):
         return self.depth, self.topk
 
     def observe(self, accepted: int, verified: int) -> None:
-        if self.drafting:
-            (self.backoff.paid if verified > 1 else self.backoff.lost)()
+        """After a step it drafted for: what the step gave against AR steps at the batch's prices (its tokens over
+        its drafting and verify pass), averaged with the steps before it (half each step); below AR's, it backs
+        off."""
+        if not self.drafting:
+            return
+        drafted = drafted_seconds(self.cost, self.depth, "tree")
+        ratio = accepted * self.cost.ar_step_s / self.cost.t_step(drafted, verified)
+        self.ratio = ratio if self.ratio is None else (self.ratio + ratio) / 2
+        (self.backoff.paid if self.ratio >= 1.0 else self.backoff.lost)()
 
 
 def global_top_k(cost, trees, budget: int) -> list[list[int]]:
