@@ -50,7 +50,8 @@ class Decoder:
     def name(self) -> str:
         return self.method["name"]
 
-    def _ids(self, p, i: int, turn: int) -> list[int]:
+    def ids(self, p, i: int, turn: int) -> list[int]:
+        """Turn `turn` of prompt `p` (index `i`) after this decoder's own answers to the turns before it."""
         chat = self.cfg["model"].get("chat_template", True)
         return encode_turn(self.comp.tokenizer, p.turns, self.answers[i][:turn], p.completion, chat)
 
@@ -104,7 +105,7 @@ class Decoder:
             key = f"{self.name}/{p.id}/{turn}"
             row = progress.rows.get(key)
             if row is None:
-                ids = self._ids(p, i, turn)
+                ids = self.ids(p, i, turn)
                 engine = self._engine(len(ids))
                 t0, c0 = clock_now()
                 res = ecospec.generate(self.comp.target, torch.tensor([ids]), engine=engine, **self._args())
@@ -129,7 +130,7 @@ class Decoder:
             rows, brow = [progress.rows[k] for k in keys], progress.rows[bkey]
             self.trace_left -= sum(len(r.get("trace", ())) for r in rows)
         else:
-            ids = [self._ids(prompts[i], i, t) for i, t in batch]
+            ids = [self.ids(prompts[i], i, t) for i, t in batch]
             engine = self._engine(max(map(len, ids)), rows=self.cfg["batch_size"])
             batch_buffer = self.cfg.get("batch_buffer") or "sequence"
             t0, c0 = clock_now()
@@ -164,13 +165,7 @@ class HfPeer:
         for turn, row in enumerate(ar_rows):
             if "hf_seconds" in row:
                 continue
-            ids = encode_turn(
-                self.ar.comp.tokenizer,
-                p.turns,
-                self.ar.answers[i][:turn],
-                p.completion,
-                cfg["model"].get("chat_template", True),
-            )
+            ids = self.ar.ids(p, i, turn)
             tokens, seconds, cpu = hf_generate(
                 self.ar.comp.target,
                 torch.tensor([ids]),

@@ -20,7 +20,7 @@ class JobKind:
     name: str  # the config's `job`
     validate: Callable[[dict, bool], None]  # (config, awaiting: it runs after the jobs that make its inputs)
     run: Callable[[Any, Any], dict]  # (config, job directory) -> its record
-    line: Callable[[dict], str]  # an ok record in one line (the sweep's table, run.py's output)
+    line: Callable[[dict], str]  # what an ok record says, after its name (the sweep's table, run.py's output)
     # its own identity blocks from the resolved `identity.JOB_BLOCKS` (beside the job and its target); None: a
     # cell, identified by `identity.cell_config` whole
     blocks: Callable[[dict], dict] | None = None
@@ -83,12 +83,8 @@ if not OmegaConf.has_resolver("ecospec_cell"):  # conf/config.yaml names each jo
 
 
 def one_line(record: dict) -> str:
-    """A record in one line: what its job measured or made, or its error."""
+    """A record in one line: its name, then what its job measured or made, or its error."""
     if record["status"] != "ok":
         return f"{record['cell']}: FAILED {record.get('error', '')}"
-    return kind(record.get("kind") or "cell").line(record)
-
-
-def skipped(record: dict) -> str:
-    """ " (existing record)" where the job was skipped for the record that stands."""
-    return " (existing record)" if record.get("skipped") else ""
+    skipped = " (existing record)" if record.get("skipped") else ""
+    return f"{record['cell']}{skipped}: {kind(record.get('kind') or 'cell').line(record)}"

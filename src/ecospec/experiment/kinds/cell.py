@@ -2,7 +2,7 @@
 (`experiment.vllm_cell`, backend=vllm)."""
 
 from ecospec.experiment.config import cell_name, validate
-from ecospec.experiment.kinds import JobKind, register, skipped
+from ecospec.experiment.kinds import JobKind, register
 
 
 def run(cfg, job_dir):
@@ -23,7 +23,7 @@ def line(record: dict) -> str:
     clock = {"thread_cpu": " (CPU time)", "wall": " (CPU wall clock)"}.get(s.get("clock", "wall"), "") if cpu else ""
     if ((record.get("config") or {}).get("backend") or {}).get("name") == "vllm":  # vLLM reports no experts
         return (
-            f"{record['cell']}{skipped(record)}: alpha {s['alpha']:.2f}  TPOT {1e3 * s['tpot_s']:.2f} ms vs AR "
+            f"alpha {s['alpha']:.2f}  TPOT {1e3 * s['tpot_s']:.2f} ms vs AR "
             f"{1e3 * s['ar_tpot_s']:.2f} ms  speedup {s['speedup']:.2f}x (vLLM{', CPU wall clock' if clock else ''})"
         )
     iv = (s.get("intervals") or {}).get("speedup")
@@ -31,7 +31,7 @@ def line(record: dict) -> str:
     env = record.get("env") or {}
     warm = f"  compiled, warm-up {env['compile_s']:.1f} s (untimed)" if env.get("engine") == "compiled" else ""
     return (
-        f"{record['cell']}{skipped(record)}: alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
+        f"alpha {s['alpha']:.2f}  E {s['experts_per_layer']:.2f}  "
         f"speedup {s['speedup']:.2f}x{band} vs AR{clock}  HBM per verify pass {s['hbm_bytes_per_verify'] / 1e6:.2f} MB "
         f"(est.){warm}"
     )

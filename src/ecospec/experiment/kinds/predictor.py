@@ -2,7 +2,7 @@
 the target."""
 
 from ecospec.experiment.config import validate_training
-from ecospec.experiment.kinds import JobKind, register, skipped
+from ecospec.experiment.kinds import JobKind, register
 from ecospec.identity import TRAINING_KEYS
 
 
@@ -15,7 +15,7 @@ def run(cfg, job_dir):
 def line(record: dict) -> str:
     s = record["summary"]
     return (
-        f"{record['cell']}{skipped(record)}: held-out top-k accuracy {s['final_accuracy']:.3f} "
+        f"held-out top-k accuracy {s['final_accuracy']:.3f} "
         f"(chance {s['chance']:.3f}); published {', '.join(s['published'])} -> {s['store']}"
     )
 

@@ -1,7 +1,7 @@
 """traces: the target's routing on a dataset's prompts, stored for the expert predictor (`experiment.traces_job`)."""
 
 from ecospec.experiment.config import validate_traces
-from ecospec.experiment.kinds import JobKind, register, skipped
+from ecospec.experiment.kinds import JobKind, register
 from ecospec.identity import TRACES_KEYS, config_id
 
 
@@ -24,8 +24,7 @@ def directory(c: dict) -> str:
 
 def line(record: dict) -> str:
     s = record["summary"]
-    made = f"{s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
-    return f"{record['cell']}{skipped(record)}: {made}"
+    return f"{s['samples']} samples, {s['tokens']:,} tokens traced -> {s['trace_dir']}"
 
 
 KIND = register(
