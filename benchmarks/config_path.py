@@ -6,9 +6,12 @@ and run are to follow).
     python benchmarks/config_path.py                  # model=tiny, method=ecospec, 2 prompts x 8 tokens, 1 thread
     python benchmarks/config_path.py method=eagle3    # any run.py overrides
 
-A call receives the config when one of its arguments is a mapping holding at least three of the cell's identity
-keys (the composed config, `as_dict`'s copy, `cell_config` / `job_config` and the AR variant), or the model's own
-config (a mapping with `name` and `source`): column `model`. An entry is such a call whose nearest `ecospec` caller
+A call receives the config when one of its arguments is the typed cell (`experiment.kinds.Job`, the job as composed
+and identified; `experiment.spec.Cell`, the validated cell) or a mapping holding `model` and at least two more of the
+cell's identity keys (the composed config, its plain copy, `cell_config` / `job_config` and the AR key); or the
+model's own config (a mapping with `name` and `source`): column `model`. Arguments are read as passed, and the
+values of `*args` and `**kwargs` one by one; a record that holds the config as data is not the config, nor is the
+typed cell's `self` in its own methods. An entry is such a call whose nearest `ecospec` caller
 is another module (the calls inside one module are not counted again). A climb is a call into `ecospec.experiment` whose
 nearest `ecospec` caller is another package while an `ecospec.experiment` frame sits lower on the stack; only climbs
 of calls that receive the config (or the model config) count.
@@ -27,6 +30,8 @@ from omegaconf import open_dict
 
 from ecospec import conf_dir
 from ecospec.experiment.cell import run_cell
+from ecospec.experiment.kinds import Job
+from ecospec.experiment.spec import Cell
 from ecospec.identity import CELL_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,14 +40,16 @@ TOP = "ecospec.experiment"
 
 
 def carries(value) -> str | None:
-    """`cell` for the config or a view of it, `model` for the model's config, else None."""
+    """`cell` for the typed cell, the config or a view of it, `model` for the model's config, else None."""
+    if isinstance(value, Job | Cell):
+        return "cell"
     if not isinstance(value, Mapping):
         return None
     try:
         keys = set(value.keys())
     except Exception:  # noqa: BLE001 - a mapping-like object that cannot list its keys carries nothing we know
         return None
-    if len(keys & set(CELL_KEYS)) >= 3:
+    if "model" in keys and len(keys & set(CELL_KEYS)) >= 3:
         return "cell"
     if {"name", "source"} <= keys:
         return "model"
@@ -50,13 +57,15 @@ def carries(value) -> str | None:
 
 
 def arguments(frame) -> list:
+    """The call's arguments, with the values of its `*args` and `**kwargs` one by one."""
     code = frame.f_code
     n = code.co_argcount + code.co_kwonlyargcount
-    n += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)  # *args, **kwargs
-    values = [frame.f_locals.get(name) for name in code.co_varnames[:n]]
-    out = []
-    for v in values:
-        out += list(v) if isinstance(v, tuple) else list(v.values()) if type(v) is dict and not carries(v) else [v]
+    out = [frame.f_locals.get(name) for name in code.co_varnames[:n] if name != "self"]  # an object's own method
+    if code.co_flags & 0x04:  # *args
+        out += list(frame.f_locals.get(code.co_varnames[n]) or ())
+        n += 1
+    if code.co_flags & 0x08:  # **kwargs
+        out += list((frame.f_locals.get(code.co_varnames[n]) or {}).values())
     return out
 
 

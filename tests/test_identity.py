@@ -10,7 +10,7 @@ from ecospec import conf_dir
 from ecospec.cache import digest
 from ecospec.experiment.cell import ar_key
 from ecospec.experiment.config import as_dict, job_id
-from ecospec.identity import job_kind
+from ecospec.experiment.kinds import job_kind
 
 # (overrides, job id, AR baseline key digest on a fixed hardware string or None for jobs without one)
 PINNED = [

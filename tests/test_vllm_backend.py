@@ -107,8 +107,7 @@ def test_dataset_texts_tokenize_back_to_the_cells_ids():
     from ecospec.models.byte_tokenizer import byte_tokenizer
 
     tok = byte_tokenizer()
-    d = {"model": {"chat_template": False}}
-    texts, ids = dataset_prompts(d, tok, load_prompts("humaneval", 3, None, split="heldout"))
+    texts, ids = dataset_prompts(False, tok, load_prompts("humaneval", 3, None, split="heldout"))
     assert all(x[0] == tok.bos_token_id for x in ids)  # the HF engine's encoding: bos, then the text
     assert [tok(t, add_special_tokens=True).input_ids for t in texts] == ids
 
@@ -126,7 +125,7 @@ def test_a_tokenizer_that_adds_bos_itself_gets_the_text_without_it():
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
     )
-    texts, ids = dataset_prompts({"model": {"chat_template": False}}, tok, load_prompts("humaneval", 2, None))
+    texts, ids = dataset_prompts(False, tok, load_prompts("humaneval", 2, None))
     assert not any(t.startswith("<|bos|>") for t in texts)
     assert [tok(t).input_ids for t in texts] == ids and all(x.count(1) == 1 for x in ids)
 

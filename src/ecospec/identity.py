@@ -194,10 +194,6 @@ def cell_id(cfg: DictConfig | Mapping) -> str:
 # -------------------------------------------------------------------------------------------------- job identity
 
 
-def job_kind(cfg: DictConfig | Mapping) -> str:
-    return cfg.get("job") or "cell"
-
-
 def store_identity(model: Mapping) -> dict:
     """The target as the store knows it (`STORE_KEYS`)."""
     return {k: model.get(k) for k in STORE_KEYS}
@@ -206,9 +202,9 @@ def store_identity(model: Mapping) -> dict:
 # ------------------------------------------------------------------------------------------------ AR baseline key
 
 
-def times_hf_peer(cfg: Mapping) -> bool:
+def times_hf_peer(ar_peer: str | None, batch_size: int) -> bool:
     """Whether AR is also timed through transformers' `generate` (batch 1; at B > 1 AR stays our batched loop)."""
-    return cfg.get("ar_peer", "hf_generate") == "hf_generate" and cfg["batch_size"] == 1
+    return (ar_peer or "hf_generate") == "hf_generate" and batch_size == 1
 
 
 def _wall_clock(key: dict) -> None:
@@ -238,7 +234,9 @@ def ar_key(cfg: Mapping, hardware: str, clock: str = "wall") -> dict:
         "model": {k: v for k, v in cfg["model"].items() if k not in AR_NOT_TARGET},
         **{k: cfg.get(k, AR_DEFAULTS.get(k)) for k in AR_KEYS},
         "hardware": hardware,
-        "ar_peer": "hf_generate" if times_hf_peer(cfg) else "none",  # which ARs the record chose from
+        "ar_peer": "hf_generate"
+        if times_hf_peer(cfg.get("ar_peer"), cfg["batch_size"])
+        else "none",  # which ARs the record chose from
         "clock": clock,
         "engine": cfg.get("engine", "eager"),
     }

@@ -1,7 +1,12 @@
 """Run one cell: validate, load prompts and components, hand every prompt (or batch) to each of its decoders in turn
 (`experiment.contenders`: its method, the methods interleaved beside it, AR; checkpointed), measure or reuse the AR
 baseline, and write `result.json`. A failure becomes a `failed` record; it never raises, so the other cells of a
-sweep go on, and it never overwrites an ok record."""
+sweep go on, and it never overwrites an ok record.
+
+`interleave=[eagle3,oracle]` decodes listed methods beside the cell's own, prompt by prompt, sharing its target:
+each gets the record it would have had run alone, in its own cell directory, and every record of the group carries
+`summary.intervals.run`, by which the reports know their ratios are paired (`report.compare`). A listed method whose
+ok record stands is kept, not rerun (force=true reruns it)."""
 
 from __future__ import annotations
 
@@ -16,10 +21,9 @@ from ecospec.cache import digest
 from ecospec.data import load_mix, load_prompts
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import CellComponents, load_components
-from ecospec.experiment.contenders import AR_METHOD, Decoder, HfPeer
-from ecospec.experiment.interleave import companions
+from ecospec.experiment.contenders import Decoder, HfPeer
 from ecospec.experiment.intervals import cell_intervals
-from ecospec.experiment.job import finish_record, record_head, run_job
+from ecospec.experiment.job import finish_record, kept, record_head, run_job
 from ecospec.experiment.metrics import (
     expert_load,
     hf_seconds,
@@ -29,7 +33,8 @@ from ecospec.experiment.metrics import (
     summarize,
 )
 from ecospec.experiment.records import SCHEMA, Progress, now, read_record, write_json_atomic
-from ecospec.identity import ar_key, times_hf_peer
+from ecospec.experiment.spec import AR, Cell
+from ecospec.identity import ar_key
 from ecospec.models import moe_info
 from ecospec.models.storage import loaded_storage
 from ecospec.parallel import env_rank
@@ -50,16 +55,16 @@ def batch_schedule(prompts, size: int):
         queue.extend((i, t + 1) for i, t in batch if t + 1 < len(prompts[i].turns))
 
 
-def _decode(prompts, cfg: dict, progress: Progress, decoders: list[Decoder], peer: HfPeer | None = None):
+def _decode(prompts, cell: Cell, progress: Progress, decoders: list[Decoder], peer: HfPeer | None = None):
     """({decoder: its rows}, {decoder: its batch rows} or None at batch 1): every prompt (batch 1) or batch of the
     schedule decoded by each decoder in turn, `peer` right after the AR decoder it times. Rows come back in dataset
     order (prompt, then turn)."""
-    size = cfg["batch_size"]
+    size = cell.decoding.batch_size
     rows: dict[str, list[dict]] = {x.name: [] for x in decoders}
     batches: dict[str, list[dict]] | None = {x.name: [] for x in decoders} if size > 1 else None
-    desc = " + ".join(x.name for x in decoders) + f" {cfg['dataset']['name']}" + (f" B={size}" if size > 1 else "")
+    desc = " + ".join(x.name for x in decoders) + f" {cell.dataset.name}" + (f" B={size}" if size > 1 else "")
     total = sum(len(p.turns) for p in prompts) if size > 1 else len(prompts)
-    bar = tqdm(total=total, desc=desc, unit="prompt", disable=not cfg.get("progress", True))
+    bar = tqdm(total=total, desc=desc, unit="prompt", disable=not cell.progress)
     if size > 1:
         for n, batch in enumerate(batch_schedule(prompts, size)):
             for x in decoders:
@@ -81,25 +86,24 @@ def _decode(prompts, cfg: dict, progress: Progress, decoders: list[Decoder], pee
     return rows, batches
 
 
-def _ar(comp: CellComponents, cfg: dict) -> tuple[Decoder, HfPeer | None]:
-    """The AR decoder of the cell's target, and transformers' `generate` beside it where the cell times it."""
-    ar = Decoder(dict(AR_METHOD), comp, cfg, speculative=False)
-    return ar, HfPeer(ar) if times_hf_peer(cfg) else None
+def _ar(comp: CellComponents, cell: Cell) -> Decoder:
+    """The AR decoder of the cell's target."""
+    return Decoder(AR, comp, cell.decoding, cell.chat)
 
 
-def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batches, clock: str) -> dict:
+def _ar_baseline(comp, prompts, cell: Cell, progress, hardware: str, own_rows, own_batches, clock: str) -> dict:
     """The AR record of this cell's key: from the cache, or measured now (and cached); `timing` keeps its
     per-prompt rows, so that a cell that reuses it still has an (weakly paired) interval."""
-    key = ar_key(cfg, hardware, clock)
-    path = Path(cfg["out_dir"]) / AR_CACHE / f"{digest(key, 16)}.json"
+    key = ar_key(cell.job.config, hardware, clock)
+    path = Path(cell.out_dir) / AR_CACHE / f"{digest(key, 16)}.json"
     if own_rows is None and path.exists():
         cached = read_record(path)
         if cached and cached.get("key") == key:
             return cached
     rows, batches = own_rows, own_batches
     if rows is None:
-        ar, peer = _ar(comp, {**cfg, "method": AR_METHOD})
-        by_name, by_batch = _decode(prompts, ar.cfg, progress, [ar], peer)
+        ar = _ar(comp, cell)
+        by_name, by_batch = _decode(prompts, cell, progress, [ar], HfPeer(ar) if cell.hf_peer else None)
         rows, batches = by_name[ar.name], by_batch and by_batch[ar.name]
     summary = summarize(rows, batches, clock)
     ours = summary["tokens_per_s"]
@@ -116,7 +120,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
         "source": source,
         "ecospec_tokens_per_s": ours,
         "hf_tokens_per_s": hf,
-        "hf_same": sum(r["hf_same"] for r in timed) / len(timed) if timed and cfg["temperature"] == 0 else None,
+        "hf_same": sum(r["hf_same"] for r in timed) / len(timed) if timed and cell.decoding.temperature == 0 else None,
         "t_step_s": summary["t_step_s"],
         "tpot_s": summary["tpot_s"],
         "experts_per_layer": summary["experts_per_layer"],  # AR's E: top-k at B = 1, the batch's union at B > 1
@@ -132,7 +136,7 @@ def _ar_baseline(comp, prompts, cfg, progress, hardware: str, own_rows, own_batc
 
 def _summary(
     comp: CellComponents,
-    cfg: dict,
+    cell: Cell,
     rows: list[dict],
     batches: list[dict] | None,
     ar: dict,
@@ -152,9 +156,9 @@ def _summary(
     s["speedup"] = s["tokens_per_s"] / ar["tokens_per_s"] if s["tokens_per_s"] and ar["tokens_per_s"] else None
     # paper Table 8: AR step time / verify-pass time at the same batch size
     s["rho"] = ar["t_step_s"] / s["t_verify_s"] if ar.get("t_step_s") and s.get("t_verify_s") else None
-    if cfg.get("expert_budget") is not None:
-        s.update(quality_summary(rows, ar, cfg["temperature"]))
-    if cfg["temperature"] == 0:
+    if cell.decoding.expert_budget is not None:
+        s.update(quality_summary(rows, ar, cell.decoding.temperature))
+    if cell.decoding.temperature == 0:
         same = [r["tokens"] == ar["outputs"].get(f"{r['id']}/{r['turn']}") for r in rows]
         s["matches_ar"] = sum(same) / len(same)
         for r, m in zip(rows, same, strict=True):
@@ -163,89 +167,104 @@ def _summary(
         s["matches_ar"] = None
     info = moe_info(comp.target)
     # bytes of the weights as loaded (env.storage), not as the checkpoint stores them
-    cost = model_cost(cfg["model"], loaded_formats(storage))
+    cost = model_cost(cell.model, loaded_formats(storage))
     s["hbm_bytes_per_verify"] = verify_hbm_bytes(cost, s["experts_per_layer"] or 0.0)
     s["predictor_accuracy"] = comp.predictor_accuracy
     s["top_k"] = info.top_k
     s["num_experts"] = info.num_experts
     s["num_moe_layers"] = info.num_moe_layers
-    s["batch_size"] = cfg["batch_size"]
-    s["intervals"] = cell_intervals(rows, ar.get("timing"), batches, clock, pairing, seed=cfg["seed"])
+    s["batch_size"] = cell.decoding.batch_size
+    s["intervals"] = cell_intervals(rows, ar.get("timing"), batches, clock, pairing, seed=cell.decoding.seed)
     return s
 
 
-def cell_prompts(d: dict):
+def cell_prompts(cell: Cell):
     """The cell's prompts, counted within its split (heldout: the 20 % no predictor trained on); fails fast, before
     any model loads."""
-    ds, split = d["dataset"], d.get("split", "heldout")
-    if ds["name"] == "mix":
+    ds, split = cell.dataset, cell.split
+    if ds.members:
         return load_mix(
-            ds["members"],
-            ds["instances"],
-            ds["seed"],
-            d["num_prompts"],
+            list(ds.members),
+            ds.instances,
+            ds.seed,
+            cell.num_prompts,
             split=split,
-            per_member=ds.get("per_member"),
-            turns=ds.get("turns"),
+            per_member=ds.per_member,
+            turns=ds.turns,
         )
-    return load_prompts(ds["name"], d["num_prompts"], ds.get("source"), split=split)
+    return load_prompts(ds.name, cell.num_prompts, ds.source, split=split)
 
 
-def _decode_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> None:
+def companions(
+    cell: Cell, cell_dir: Path, device: torch.device, comp: CellComponents, record: dict
+) -> list[tuple[Cell, CellComponents, Path]]:
+    """(cell, components, cell directory) of each method `interleave=` lists, to decode beside the cell's own and
+    sharing its target; a listed method whose ok record stands is kept, not rerun (`record["_kept"]` names them)."""
+    out = []
+    for c in cell.interleave:
+        cdir = cell_dir.parent / c.name
+        if kept(cdir, c.job) is not None:
+            record.setdefault("_kept", []).append(c.method.name)
+            continue
+        out.append((c, load_components(c.model, c.method, c.engine, device, loaded=comp), cdir))
+    return out
+
+
+def _decode_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -> None:
     """The cell's work: prompts, components, every prompt decoded (checkpointed), the AR baseline, the summary."""
-    prompts = cell_prompts(d)
+    prompts = cell_prompts(cell)
     record["data_source"] = prompts.source  # hub:, hf-cache:, vendored:, local: or package:
-    comp = load_components(d, device)
+    comp = load_components(cell.model, cell.method, cell.engine, device)
     # what runs, as loaded (the format may not be the checkpoint's: transformers dequantizes without its kernels)
     record["env"]["storage"] = {**(record["env"].get("storage") or {}), **loaded_storage(comp.target)}
-    progress = Progress(cell_dir, record["cell_id"], fresh=bool(d.get("force")), write=env_rank() == 0)
-    clock, why = pick_clock(d.get("clock"), device)  # what tokens/s and the speedup divide by (experiment.clock)
+    progress = Progress(cell_dir, record["cell_id"], fresh=cell.force, write=env_rank() == 0)
+    clock, why = pick_clock(cell.clock, device)  # what tokens/s and the speedup divide by (experiment.clock)
     # the AR baseline: measured here, prompt by prompt beside the method (CPU: noisy, shared machines), or taken
     # from the AR cache (GPU: stable, and AR is the most expensive decoder)
-    mode = d.get("ar_baseline") or "auto"
-    speculative = d["method"].get("drafter") is not None  # AR's own cell is its baseline
+    mode = cell.ar_baseline
+    speculative = cell.method.speculative  # AR's own cell is its baseline
     interleave = speculative and (mode == "interleaved" or (mode == "auto" and device.type == "cpu"))
-    others = companions(d, cell_dir, device, comp, record)  # the methods decoded beside this one (interleave=...)
-    trace = int(d.get("trace_steps") or 0)
-    own = Decoder(d["method"], comp, d, speculative, trace if speculative else 0)
-    decoders = [own, *(Decoder(cd["method"], ccomp, d, True, trace) for cd, ccomp, _ in others)]
+    others = companions(cell, cell_dir, device, comp, record)  # the methods decoded beside this one
+    trace = cell.trace_steps
+    own = Decoder(cell.method, comp, cell.decoding, cell.chat, trace if speculative else 0)
+    decoders = [own, *(Decoder(c.method, ccomp, cell.decoding, cell.chat, trace) for c, ccomp, _ in others)]
     ar_decoder = None  # AR decoded here: the cell's own decoder when it is AR, else beside it when interleaved
     if not speculative:
         ar_decoder = own
     elif interleave:
-        ar_decoder, _ = _ar(comp, d)
+        ar_decoder = _ar(comp, cell)
         decoders.append(ar_decoder)
-    peer = HfPeer(ar_decoder) if ar_decoder is not None and times_hf_peer(d) else None
-    by_name, by_batch = _decode(prompts, d, progress, decoders, peer)
+    peer = HfPeer(ar_decoder) if ar_decoder is not None and cell.hf_peer else None
+    by_name, by_batch = _decode(prompts, cell, progress, decoders, peer)
     rows, batches = by_name[own.name], by_batch and by_batch[own.name]
     ar_rows = None if ar_decoder is None else by_name[ar_decoder.name]
     ar_batches = None if ar_decoder is None or by_batch is None else by_batch[ar_decoder.name]
-    ar = _ar_baseline(comp, prompts, d, progress, record["env"]["hardware"], ar_rows, ar_batches, clock)
+    ar = _ar_baseline(comp, prompts, cell, progress, record["env"]["hardware"], ar_rows, ar_batches, clock)
     pairing = "paired" if ar_rows is not None else ("weakly paired" if ar.get("timing") else "none")
     record["env"].update(comp.engine.env())  # engine, compile_s (the warm-up, outside every timing)
-    _fill(record, comp, d, rows, batches, ar, clock, why, pairing)
+    _fill(record, comp, cell, rows, batches, ar, clock, why, pairing)
     kept_names = record.pop("_kept", [])
     if kept_names:
-        record["interleaved"] = {"run": None, "methods": [d["method"]["name"]], "kept": kept_names}
+        record["interleaved"] = {"run": None, "methods": [cell.method.name], "kept": kept_names}
     if others:  # one run id for the group: its method-against-method ratios are paired (report.compare)
         run = digest({"cell": record["cell_id"], "started": record["started"]}, 16)
-        group = [d["method"]["name"], *(o[0]["method"]["name"] for o in others)]
+        group = [cell.method.name, *(c.method.name for c, _, _ in others)]
         record["summary"]["intervals"]["run"] = run
         record["interleaved"] = {"run": run, "methods": group, "kept": kept_names}
-        for cd, ccomp, cdir in others:
-            rec = {**record_head(cd), "env": record["env"], "data_source": record["data_source"]}
-            _fill(rec, ccomp, cd, by_name[cd["method"]["name"]], None, ar, clock, why, pairing)
+        for c, ccomp, cdir in others:
+            rec = {**record_head(c.job), "env": record["env"], "data_source": record["data_source"]}
+            _fill(rec, ccomp, c, by_name[c.method.name], None, ar, clock, why, pairing)
             rec["summary"]["intervals"]["run"] = run
             rec["interleaved"] = {**record["interleaved"], "in": record["cell"]}
             rec.update(status="ok", finished=now())
             cdir.mkdir(parents=True, exist_ok=True)
-            finish_record(cdir, cd, rec)
+            finish_record(cdir, c.job, rec)
     progress.clear()
 
 
-def _fill(record: dict, comp: CellComponents, d: dict, rows, batches, ar: dict, clock: str, why, pairing: str) -> None:
+def _fill(record: dict, comp: CellComponents, cell: Cell, rows, batches, ar: dict, clock: str, why, pairing) -> None:
     """A cell record's summary and per-prompt parts from its rows and its AR."""
-    record["summary"] = _summary(comp, d, rows, batches, ar, record["env"]["storage"], clock, pairing)
+    record["summary"] = _summary(comp, cell, rows, batches, ar, record["env"]["storage"], clock, pairing)
     if comp.profile_ref:  # the profile the method priced its passes with (no part of the cell's identity)
         record["profile"] = comp.profile_ref
     if why:
@@ -255,7 +274,7 @@ def _fill(record: dict, comp: CellComponents, d: dict, rows, batches, ar: dict, 
         record["batches"] = [{k: v for k, v in b.items() if k != "keys"} for b in batches]
     record["prompts"] = [public_row(r) for r in rows]
     record["expert_load"] = expert_load(rows)
-    if d.get("trace_steps"):
+    if cell.trace_steps:
         record["trace"] = step_traces(rows)
 
 

@@ -13,9 +13,10 @@ import torch
 
 from ecospec.analysis.profiles import load_profile
 from ecospec.components import Components, TinyDirs, load
-from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, drafter_kind, predictor_path
+from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, predictor_path
 from ecospec.experiment.engines import CellEngine
 from ecospec.experiment.records import hardware
+from ecospec.experiment.spec import Method
 from ecospec.methods import method as method_spec
 from ecospec.tiny.build import tiny_dirs
 
@@ -48,28 +49,33 @@ def predictor_checkpoint(model: dict, dirs_of: TinyDirs) -> str | Path | None:
 
 
 def load_components(
-    cfg: dict, device: torch.device, loaded: CellComponents | None = None, dirs_of: TinyDirs = tiny_dirs
+    model: dict,
+    method: Method,
+    engine: str,
+    device: torch.device,
+    loaded: CellComponents | None = None,
+    dirs_of: TinyDirs = tiny_dirs,
 ) -> CellComponents:
-    """Everything a cell needs, on `device` (or spread by the model's device_map); `loaded`: components whose
-    target, tokenizer and engine to share (another method of the same job: `experiment.interleave`); `dirs_of`:
-    where the embedded default's stage folders are (`tiny_dirs`: the release or a cache build)."""
-    model, method = cfg["model"], cfg["method"]
+    """Everything `method` needs of `model` on `engine` (eager | compiled), on `device` (or spread by the model's
+    device_map); `loaded`: components whose target, tokenizer and engine to share (another method of the same job,
+    interleaved); `dirs_of`: where the embedded default's stage folders are (`tiny_dirs`: the release or a cache
+    build)."""
     predictor = None
-    if method.get("predictor") == "learned":
+    if method.predictor == "learned":
         predictor = predictor_checkpoint(model, dirs_of)
-    elif method.get("predictor") == "oracle":
+    elif method.predictor == "oracle":
         predictor = "oracle"
-    comp = load(model, device, dirs_of, drafter=drafter_kind(cfg), predictor=predictor, loaded=loaded)
-    engine = loaded.engine if loaded is not None else CellEngine(cfg.get("engine") or "eager")
-    profile, ref = _profile(cfg, comp.target, device)
+    comp = load(model, device, dirs_of, drafter=method.drafter, predictor=predictor, loaded=loaded)
+    engine = loaded.engine if loaded is not None else CellEngine(engine)
+    profile, ref = _profile(model["name"], method, engine.name, comp.target, device)
     return CellComponents(**vars(comp), engine=engine, profile=profile, profile_ref=ref)
 
 
-def _profile(cfg: dict, target, device: torch.device):
-    """(profile, {"key", "hash"}) of this model, engine and machine when the cell's method prices passes in seconds
-    (else (None, None)); none measured stops the cell naming the command that makes it."""
-    if not method_spec(cfg["method"].get("selector") or "confidence").cost_model or cfg["method"]["name"] == "ar":
+def _profile(model: str, method: Method, engine: str, target, device: torch.device):
+    """(profile, {"key", "hash"}) of this model, engine and machine when the method prices passes in seconds (else
+    (None, None)); none measured stops the cell naming the command that makes it."""
+    if not method.speculative or not method_spec(method.selector).cost_model:
         return None, None
     dtype = str(target.dtype).removeprefix("torch.")
-    profile, digest = load_profile(cfg["model"]["name"], cfg.get("engine") or "eager", dtype, hardware(device))
+    profile, digest = load_profile(model, engine, dtype, hardware(device))
     return profile, {"key": profile.key, "hash": digest}

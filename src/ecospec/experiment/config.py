@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,8 +23,11 @@ from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
 from ecospec.experiment import kinds
 from ecospec.experiment.clock import CLOCKS
+from ecospec.experiment.kinds import Job
 from ecospec.experiment.kinds import job_id as job_id  # re-exported: tests/test_identity.py imports it from here
 from ecospec.experiment.kinds import job_name as job_name  # re-exported: the jobs, the sweeper and tests import it here
+from ecospec.experiment.kinds import plain as as_dict  # re-exported: tests read a composed config with it
+from ecospec.experiment.spec import Cell, cell_of, drafter_of
 from ecospec.identity import cell_config, config_id
 from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
 from ecospec.methods import method as method_spec
@@ -47,25 +51,19 @@ class ConfigError(ValueError):
     """A config value that cannot run; the message names the key, the value and what is allowed."""
 
 
-def as_dict(cfg: DictConfig | Mapping) -> dict:
-    """The config as plain resolved data, without Hydra's own `hydra` node (which only resolves inside a run)."""
-    if not isinstance(cfg, DictConfig):
-        return {k: v for k, v in dict(cfg).items() if k != "hydra"}
-    return {
-        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-        for k in cfg
-        if k != "hydra"
-    }
-
-
 def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def cell_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
+def cell_name(cfg: DictConfig | Mapping | None, identity: dict | None = None) -> str:
     """Readable and unique directory name of a cell: model-method-dataset-T..-g..-d..-k..-b..-s.. plus the
     first 6 hex digits of cell_id (which also covers every other identity key, e.g. a predictor checkpoint)."""
     c = cell_config(cfg) if identity is None else identity
+    return cell_directory(c, config_id(c))
+
+
+def cell_directory(c: dict, cid: str) -> str:
+    """`cell_name` of identity `c` whose id is `cid` (the cell kind's `JobKind.directory`)."""
     head = "-".join([c["model"]["name"], c["method"]["name"], c["dataset"]["name"]])
     if "backend" in c:
         head += f"-{c['backend']['name']}"
@@ -74,18 +72,11 @@ def cell_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
     knobs = f"T{_num(c['temperature'])}-g{c['gamma']}-d{c['depth']}-k{c['topk']}-b{c['batch_size']}-s{c['seed']}"
     if c.get("expert_budget") is not None:
         knobs += f"-eb{c['expert_budget']}{'s' if c.get('budget_policy') == 'substitute' else ''}"
-    return f"{head}-{knobs}-{config_id(c)[:6]}"
+    return f"{head}-{knobs}-{cid[:6]}"
 
 
 def _bad(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"{key}={value!r}: {allowed}")
-
-
-def drafter_kind(cfg: DictConfig | Mapping) -> str | None:
-    """The drafter a cell uses: the method's, with `default` meaning the model's default drafter."""
-    d = as_dict(cfg)
-    kind = d["method"].get("drafter")
-    return d["model"].get("default_drafter") if kind == "default" else kind
 
 
 def predictor_path(model: Mapping) -> str | None:
@@ -186,16 +177,26 @@ def _launcher_gpus(cfg) -> int | None:
         return None
 
 
-def validate_job(cfg: DictConfig | Mapping, awaiting: bool = False) -> None:
-    """`validate` for the config's job kind. `awaiting`: the job runs after others (a Slurm dependency), so
-    what they make (the predictor) need not exist yet; each job checks again when it starts."""
-    d = as_dict(cfg)
-    d["_gpus_per_node"] = _launcher_gpus(cfg)
+def validate_job(cfg: Job | DictConfig | Mapping, awaiting: bool = False) -> Any:
+    """`Job.validate` for the config's job: what its body reads (a cell's `Cell`). `awaiting`: the job runs after
+    others (a Slurm dependency), so what they make (the predictor) need not exist yet; each job checks again when it
+    starts. A sweep's config also brings the Slurm launcher's GPUs per node, which `ranks` must fit."""
     try:
-        kind = kinds.of(d)
+        job = kinds.job(cfg)
     except ValueError:
-        raise _bad("job", d.get("job"), f"allowed: {', '.join(kinds.names())}") from None
-    kind.validate(d, awaiting)
+        raise _bad("job", cfg.get("job"), f"allowed: {', '.join(kinds.names())}") from None
+    gpus = _launcher_gpus(cfg)
+    if gpus is not None:
+        job = replace(job, config={**job.config, "_gpus_per_node": gpus})
+    return job.validate(awaiting)
+
+
+def validate_cell(job: Job, awaiting: bool = False) -> Cell:
+    """The cell kind's validation: `validate`, then the typed cell, with the methods `interleave=` lists beside it
+    as cells of their own (validated with it)."""
+    validate(job.config, check_predictor=not awaiting)
+    beside = tuple(cell_of(kinds.job(companion(job.config, name))) for name in interleave_methods(job.config))
+    return cell_of(job, beside)
 
 
 def validate_fig1a(d: Mapping) -> None:
@@ -393,7 +394,7 @@ def _validate_engine(d: Mapping) -> None:
     model = d.get("model") or {}
     problem = compiled_problem(
         model_family(model),
-        drafter=drafter_kind(d),
+        drafter=drafter_of(d["method"], model),
         expert_budget=d.get("expert_budget"),
         batch_size=d.get("batch_size", 1),
         parallel=model.get("parallel"),
@@ -497,7 +498,7 @@ def validate_interleave(d: Mapping) -> None:
 def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     """Raise ConfigError for the first value of a cell that cannot run, before anything heavy happens.
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
-    d = as_dict(cfg)
+    d = as_dict(cfg) if isinstance(cfg, DictConfig) else cfg  # a Job's config is plain already
     validate_parallel(d)
     _positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
     if d.get("batch_buffer", "sequence") not in BATCH_BUFFERS:
@@ -531,7 +532,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if method.get("selector") not in method_names():
         raise _bad("method.selector", method.get("selector"), f"allowed: {', '.join(method_names())}")
 
-    kind = drafter_kind(d)
+    kind = drafter_of(method, model)
     drafters = model.get("drafters") or {}
     if d.get("interleave"):
         validate_interleave(d)

@@ -18,57 +18,50 @@ from ecospec.experiment.components import CellComponents
 from ecospec.experiment.hf_peer import hf_generate
 from ecospec.experiment.metrics import batch_row, prompt_row, replay_quality
 from ecospec.experiment.records import Progress
+from ecospec.experiment.spec import Decoding, Method
 from ecospec.methods import method as method_spec
 from ecospec.methods import needing_experts
-
-AR_METHOD = {"name": "ar", "selector": "confidence"}
-DECODING = ("gamma", "depth", "topk", "temperature", "top_p", "max_new_tokens", "seed")  # the cell's, as generate takes
-
-
-def decoding(cfg: dict, method: dict) -> dict:
-    """generate()'s and generate_batch()'s decoding arguments from the cell's config, with the expert budget of
-    MoE-Spec's methods (never AR, the full target)."""
-    out = {k: cfg[k] for k in DECODING}
-    if method.get("budgeted"):
-        out.update(expert_budget=cfg["expert_budget"], budget_policy=cfg.get("budget_policy") or "truncate")
-    return out
 
 
 @dataclass
 class Decoder:
-    """A method and its components, or AR (`speculative` False: no drafter, no predictor, no profile, no traces).
-    `trace_left`: the verify passes whose traces it may still keep."""
+    """A method and its components, or AR (a method without a drafter: no predictor, no profile, no traces), with
+    the cell's decoding settings. `chat`: prompts go through the chat template; `trace_left`: the verify passes
+    whose traces it may still keep."""
 
-    method: dict
+    method: Method
     comp: CellComponents
-    cfg: dict
-    speculative: bool = True
+    decoding: Decoding
+    chat: bool = True
     trace_left: int = 0
     answers: dict = field(default_factory=lambda: defaultdict(list))  # prompt index -> its answers so far
 
     @property
     def name(self) -> str:
-        return self.method["name"]
+        return self.method.name
+
+    @property
+    def speculative(self) -> bool:
+        return self.method.speculative
 
     def ids(self, p, i: int, turn: int) -> list[int]:
         """Turn `turn` of prompt `p` (index `i`) after this decoder's own answers to the turns before it."""
-        chat = self.cfg["model"].get("chat_template", True)
-        return encode_turn(self.comp.tokenizer, p.turns, self.answers[i][:turn], p.completion, chat)
+        return encode_turn(self.comp.tokenizer, p.turns, self.answers[i][:turn], p.completion, self.chat)
 
     def _engine(self, lengths: int, rows: int = 1):
         """The engine prepared for this decode before the clock starts (a compiled warm-up is env.compile_s, never
         a timing); at B > 1 for the cell's batch size, a smaller last batch running in its rows."""
-        comp, cfg = self.comp, self.cfg
-        session = method_spec(self.method["selector"]).open(cfg["gamma"], cfg["depth"], cfg["topk"], comp.profile)
+        comp, dec = self.comp, self.decoding
+        session = method_spec(self.method.selector).open(dec.gamma, dec.depth, dec.topk, comp.profile)
         depth, topk = session.draft_shape
-        needs = self.speculative and self.method["selector"] in needing_experts()
+        needs = self.speculative and self.method.selector in needing_experts()
         kw = {"rows": rows} if rows > 1 else {}
         return comp.engine.for_decode(
             comp.target,
             self._drafter,
-            cfg["gamma"],
+            dec.gamma,
             lengths,
-            cfg["max_new_tokens"],
+            dec.max_new_tokens,
             predictor=comp.predictor if needs else None,
             depth=depth,
             topk=topk,
@@ -84,15 +77,15 @@ class Decoder:
         comp = self.comp
         return dict(
             drafter=self._drafter,
-            selector=self.method["selector"],
+            selector=self.method.selector,
             predictor=comp.predictor if self.speculative else None,
             trace=self.speculative and self.trace_left > 0,
             profile=comp.profile if self.speculative else None,
-            **decoding(self.cfg, self.method),
+            **self.decoding.generate_args(self.method),
         )
 
     def _finish(self, row: dict, ids: list[int], res) -> None:
-        if self.cfg.get("expert_budget") is not None:  # a lossy method's cell: judged against the full target
+        if self.decoding.expert_budget is not None:  # a lossy method's cell: judged against the full target
             row.update(replay_quality(self.comp.target, ids, row["tokens"]))
         if self.speculative and self.trace_left > 0:
             row["trace"] = [asdict(st.trace) for st in res.steps[: self.trace_left]]
@@ -131,8 +124,8 @@ class Decoder:
             self.trace_left -= sum(len(r.get("trace", ())) for r in rows)
         else:
             ids = [self.ids(prompts[i], i, t) for i, t in batch]
-            engine = self._engine(max(map(len, ids)), rows=self.cfg["batch_size"])
-            batch_buffer = self.cfg.get("batch_buffer") or "sequence"
+            engine = self._engine(max(map(len, ids)), rows=self.decoding.batch_size)
+            batch_buffer = self.decoding.batch_buffer
             t0, c0 = clock_now()
             target, args = self.comp.target, self._args()
             res = ecospec.generate_batch(target, ids, engine=engine, batch_buffer=batch_buffer, **args)
@@ -161,18 +154,13 @@ class HfPeer:
     ar: Decoder
 
     def prompt(self, i: int, p, progress: Progress, ar_rows: list[dict]) -> None:
-        cfg = self.ar.cfg
+        dec = self.ar.decoding
         for turn, row in enumerate(ar_rows):
             if "hf_seconds" in row:
                 continue
             ids = self.ar.ids(p, i, turn)
             tokens, seconds, cpu = hf_generate(
-                self.ar.comp.target,
-                torch.tensor([ids]),
-                cfg["temperature"],
-                cfg["top_p"],
-                cfg["max_new_tokens"],
-                cfg["seed"],
+                self.ar.comp.target, torch.tensor([ids]), dec.temperature, dec.top_p, dec.max_new_tokens, dec.seed
             )
             row.update(hf_tokens=len(tokens), hf_seconds=seconds, hf_cpu_seconds=cpu, hf_same=tokens == row["tokens"])
             progress.add(f"{self.ar.name}/{p.id}/{turn}", row)

@@ -10,4 +10,5 @@ from ecospec.experiment import kinds
 
 def run_any(cfg, job_dir: str | Path) -> dict:
     """The job the config names (`job`: a kind of `experiment.kinds`), run by its kind."""
-    return kinds.of(cfg).run(cfg, job_dir)
+    job = kinds.job(cfg)
+    return job.record.run(job, job_dir)

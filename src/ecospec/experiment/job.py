@@ -10,14 +10,15 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ecospec.experiment import kinds
 from ecospec.experiment.components import pick_device
-from ecospec.experiment.config import ConfigError, as_dict, job_name, validate_job
-from ecospec.experiment.kinds import job_config, job_id
-from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, wants_ranks, write_rank_error
+from ecospec.experiment.config import ConfigError
+from ecospec.experiment.kinds import Job
+from ecospec.experiment.ranks import in_group_env, rank_errors, spawn_ranks, write_rank_error
 from ecospec.experiment.records import (
     FAILED,
     RESULT,
@@ -29,7 +30,7 @@ from ecospec.experiment.records import (
     rows_path,
     write_record_file,
 )
-from ecospec.identity import aside_name, config_id, job_kind, record_stands, weights_tag
+from ecospec.identity import aside_name, record_stands, weights_tag
 from ecospec.parallel import env_rank, env_world, init_group, world
 from ecospec.tiny.build import tiny_weights
 
@@ -50,8 +51,9 @@ RUN_KEYS = (
     "demo",  # make demo's page settings: a demo cell's record says it is one (the report keeps it out of the tables)
 )
 
-# body(d, job_dir, device, record): does the job's work and fills the record (summary and the rest)
-Body = Callable[[dict, Path, torch.device, dict], None]
+# body(what the job's validation returned: a cell's `Cell`, else its resolved config; job_dir, device, record):
+# does the job's work and fills the record (summary and the rest)
+Body = Callable[[Any, Path, torch.device, dict], None]
 
 
 def setup_device(d: dict, ranks: int = 1) -> torch.device:
@@ -125,26 +127,25 @@ def write_record(job_dir: Path, record: dict) -> Path:
 
 
 def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] | None = None) -> dict:
-    """Run (or skip) one job and return its record. A job with an ok record is skipped, unless what it makes
-    outside its directory (`made(d)`: e.g. traces in the store) is gone."""
-    d = as_dict(cfg)
+    """Run (or skip) one job (a `Job`, or a composed config) and return its record. A job with an ok record is
+    skipped, unless what it makes outside its directory (`made(config)`: e.g. traces in the store) is gone."""
+    job = kinds.job(cfg)
+    d = job.config
     job_dir = Path(job_dir)
-    kind = job_kind(d)
-    identity = job_config(d)  # once: the record, its name and the kept check all read it
-    rec = kept(job_dir, d, made, identity)
+    rec = kept(job_dir, job, made)
     if rec is not None:
         rec["skipped"] = True
         return rec
-    ranks = wants_ranks(d) if kinds.kind(kind).ranks else 1
+    ranks = job.ranks
     if ranks > 1 and not in_group_env():
-        return _run_spawned(d, job_dir, ranks, body, made)
-    record = record_head(d, identity)
-    weights = _weights(d) if kinds.kind(kind).measures else None
+        return _run_spawned(job, job_dir, ranks, body, made)
+    record = record_head(job)
+    weights = _weights(d) if job.record.measures else None
     t0 = time.perf_counter()
     try:
-        validate_job(d)
+        checked = job.validate()
         device = setup_device(d, ranks)
-        if kinds.kind(kind).checks_memory:
+        if job.record.checks_memory:
             check_memory(d, device, ranks)  # before any Hub call: a target that cannot fit never starts a download
         if ranks > 1:
             join_group(d, device, ranks)
@@ -152,7 +153,7 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
         record["env"]["ranks"] = world()
         if weights is not None:  # which embedded default ran: the release (its identity) or a cache build
             record["env"]["tiny"] = weights
-        body(d, job_dir, device, record)
+        body(checked, job_dir, device, record)
         record["status"] = "ok"
     except Exception as e:  # noqa: BLE001 - a failed job is data; the sweep goes on
         record["status"] = "failed"
@@ -169,19 +170,16 @@ def run_job(cfg, job_dir: str | Path, body: Body, made: Callable[[dict], bool] |
         leave_group()
     if ranks > 1 and env_rank() != 0:  # rank 0 alone writes the record and the W&B run
         return record
-    finish_record(job_dir, d, record)
+    finish_record(job_dir, job, record)
     return record
 
 
-def kept(
-    job_dir: Path, d: dict, made: Callable[[dict], bool] | None = None, identity: dict | None = None
-) -> dict | None:
+def kept(job_dir: Path, job: Job, made: Callable[[dict], bool] | None = None) -> dict | None:
     """The job's ok record, when it has one that still stands (force=false, what it made outside its directory
-    still there, made with the embedded-default weights in use; one made with others is set aside), else None.
-    `identity`: the job's `job_config` when the caller holds it."""
-    weights = _weights(d) if kinds.of(d).measures else None
-    job = job_id(d) if identity is None else config_id(identity)
-    if not is_done(job_dir, job) or d.get("force") or (made is not None and not made(d)):
+    still there, made with the embedded-default weights in use; one made with others is set aside), else None."""
+    d = job.config
+    weights = _weights(d) if job.record.measures else None
+    if not is_done(job_dir, job.id) or d.get("force") or (made is not None and not made(d)):
         return None
     rec = read_record(job_dir / RESULT)
     if rec is None:  # its sidecar is unreadable (warned): the job runs again
@@ -192,36 +190,35 @@ def kept(
     return None
 
 
-def record_head(d: dict, identity: dict | None = None) -> dict:
-    """A new record of job `d`: what identifies it (`identity`: its `job_config` when the caller holds it), its
-    config and start time (status running)."""
-    kind = job_kind(d)
-    config = job_config(d) if identity is None else identity
+def record_head(job: Job) -> dict:
+    """A new record of `job`: what identifies it, its config and start time (status running)."""
+    d = job.config
     record = {
         "schema": SCHEMA,
-        "kind": kind,
-        "cell_id": config_id(config),
-        "cell": job_name(d, config),
+        "kind": job.kind,
+        "cell_id": job.id,
+        "cell": job.name,
         "experiment": d.get("name"),
         "status": "running",
-        "config": {**config, **{k: d.get(k) for k in RUN_KEYS}},
+        "config": {**job.identity, **{k: d.get(k) for k in RUN_KEYS}},
         "started": now(),
     }
-    if kinds.kind(kind).measures and d["model"].get("gamma") is not None:
+    if job.record.measures and d["model"].get("gamma") is not None:
         # the model's own gamma: not identity, but the tables hold each model at it (report.frame); a copy, so that
-        # `identity` stays what identifies the job
-        record["config"]["model"] = {**config["model"], "gamma": d["model"]["gamma"]}
+        # the identity stays what identifies the job
+        record["config"]["model"] = {**job.identity["model"], "gamma": d["model"]["gamma"]}
     return record
 
 
-def finish_record(job_dir: Path, d: dict, record: dict) -> None:
+def finish_record(job_dir: Path, job: Job, record: dict) -> None:
     """Write the record (`write_record`) and, for a cell with a logger, its W&B run: the record as written, read
     back whole (sidecar merged), so that W&B mirrors the files."""
     path = write_record(job_dir, record)
-    if kinds.of(d).measures and (d.get("logger") or {}).get("name", "none") != "none":
+    logger = job.config.get("logger") or {}
+    if job.record.measures and logger.get("name", "none") != "none":
         from ecospec.experiment.tracking import log_cell
 
-        log_cell(read_record(path) or record, d["logger"], job_dir)
+        log_cell(read_record(path) or record, logger, job_dir)
 
 
 def _weights(d: dict) -> dict | None:
@@ -264,27 +261,17 @@ def leave_group() -> None:
         dist.destroy_process_group()
 
 
-def _run_spawned(d: dict, job_dir: Path, ranks: int, body: Body, made: Callable[[dict], bool] | None) -> dict:
+def _run_spawned(job: Job, job_dir: Path, ranks: int, body: Body, made: Callable[[dict], bool] | None) -> dict:
     """`ranks` local processes run the job (rank 0 writes its record); validation first, before any of them
     starts. A rank that fails stops the others, and the job's record says why."""
     t0 = time.perf_counter()
-    record = {
-        "schema": SCHEMA,
-        "kind": job_kind(d),
-        "cell_id": job_id(d),
-        "cell": job_name(d),
-        "experiment": d.get("name"),
-        "status": "failed",
-        "config": {**job_config(d), **{k: d.get(k) for k in RUN_KEYS}},
-        "started": now(),
-        "env": {"ranks": ranks},
-    }
+    record = {**record_head(job), "status": "failed", "env": {"ranks": ranks}}
     try:
-        validate_job(d)
+        job.validate()
     except Exception as e:  # noqa: BLE001 - one clear line, and no process started
         record["error"] = f"{type(e).__name__}: {e}"
     else:
-        error = spawn_ranks(d, job_dir, ranks, run_job, body, made)
+        error = spawn_ranks(job.config, job_dir, ranks, run_job, body, made)
         if error is None:
             written = read_record(job_dir / RESULT)
             if written is not None and written.get("started", "") >= record["started"]:

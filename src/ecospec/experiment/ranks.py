@@ -26,17 +26,6 @@ from ecospec.parallel import env_world
 ERROR_FILE = ".rank{rank}.error"
 
 
-def wants_ranks(d: dict) -> int:
-    """Ranks the job asks for: `ranks` (else the model config's) for model.parallel=tp|ep, 1 for device_map."""
-    if (d["model"].get("parallel") or "device_map") == "device_map":
-        return 1
-    return job_ranks(d)
-
-
-def job_ranks(d: dict) -> int:
-    return int(d.get("ranks") or d["model"].get("ranks") or 1)
-
-
 def in_group_env() -> bool:
     """Whether this process was started as one rank of several (torchrun, or a Slurm job with several tasks)."""
     return env_world() > 1

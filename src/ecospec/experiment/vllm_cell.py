@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ecospec.experiment.config import ROUTED_ON_CPU, drafter_kind
+from ecospec.experiment.config import ROUTED_ON_CPU
 from ecospec.experiment.job import run_job
+from ecospec.experiment.spec import Cell
 from ecospec.tiny.build import tiny_dirs
 from ecospec.vllm_backend.args import kv_cache_bytes, server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
@@ -34,18 +35,18 @@ def run_vllm_cell(cfg, cell_dir: str | Path) -> dict:
     return run_job(cfg, cell_dir, _vllm_cell)
 
 
-def settings(d: dict) -> dict:
+def settings(backend: dict, model: dict) -> dict:
     """The backend settings with the model's defaults filled in (what the record's config shows)."""
-    b, model = dict(d["backend"]), d["model"]
+    b = dict(backend)
     b["dtype"] = b.get("dtype") or model.get("dtype") or "auto"
     b["tp"] = int(b.get("tp") or model.get("vllm_tp") or 1)
     b["served_name"] = model["name"]
     return b
 
 
-def checkpoints(d: dict) -> tuple[str, str, str | None]:
-    """(target, tokenizer, drafter checkpoint) as vLLM loads them: the tiny build's folders, or HF ids / paths."""
-    model, kind = d["model"], drafter_kind(d)
+def checkpoints(model: dict, kind: str | None) -> tuple[str, str, str | None]:
+    """(target, tokenizer, drafter checkpoint) as vLLM loads them, `kind` the drafter's: the tiny build's folders,
+    or HF ids / paths."""
     spec = (model.get("drafters") or {}).get(kind) or {}
     if model["source"] == "tiny":
         dirs = tiny_dirs(model)
@@ -55,12 +56,12 @@ def checkpoints(d: dict) -> tuple[str, str, str | None]:
     return model["target"], model["target"], spec.get("path")
 
 
-def dataset_prompts(d: dict, tokenizer, prompts) -> tuple[list[str], list[list[int]]]:
-    """(texts, ids): the first turn of every prompt of the cell, as the HF engine encodes it, and its text for the
-    server (the ids decoded, minus the special tokens the tokenizer adds by itself, which the server adds back)."""
+def dataset_prompts(chat: bool, tokenizer, prompts) -> tuple[list[str], list[list[int]]]:
+    """(texts, ids): the first turn of every prompt of the cell, as the HF engine encodes it (`chat`: through the
+    chat template), and its text for the server (the ids decoded, minus the special tokens the tokenizer adds by
+    itself, which the server adds back)."""
     from ecospec.data import encode_turn
 
-    chat = d["model"].get("chat_template", True)
     ids = [encode_turn(tokenizer, p.turns, [], p.completion, chat) for p in prompts]
     auto = tokenizer("x", add_special_tokens=True).input_ids
     plain = tokenizer("x", add_special_tokens=False).input_ids
@@ -69,28 +70,28 @@ def dataset_prompts(d: dict, tokenizer, prompts) -> tuple[list[str], list[list[i
     return texts, ids
 
 
-def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> None:
+def _vllm_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -> None:
     from transformers import AutoTokenizer
 
     from ecospec.experiment.cell import cell_prompts
 
-    s = settings(d)
-    method = d["method"]["name"]
-    prompts = cell_prompts(d)
+    s, dec = settings(cell.backend, cell.model), cell.decoding
+    method = cell.method.name
+    prompts = cell_prompts(cell)
     record["data_source"] = prompts.source
-    target, tokenizer_path, draft = checkpoints(d)
+    target, tokenizer_path, draft = checkpoints(cell.model, cell.method.drafter)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    texts, ids = dataset_prompts(d, tokenizer, prompts)
+    texts, ids = dataset_prompts(cell.chat, tokenizer, prompts)
     out = Path(cell_dir) / VLLM_DIR
     data = write_dataset(out / "prompts.jsonl", texts)
-    requests = max(s.get("requests") or len(texts), (s.get("requests_per_seq") or 0) * d["batch_size"])
+    requests = max(s.get("requests") or len(texts), (s.get("requests_per_seq") or 0) * dec.batch_size)
     bench = BenchSettings(
-        output_len=d["max_new_tokens"],
-        concurrency=d["batch_size"],
+        output_len=dec.max_new_tokens,
+        concurrency=dec.batch_size,
         requests=requests,
-        temperature=d["temperature"],
-        top_p=d["top_p"],
-        seed=d["seed"],
+        temperature=dec.temperature,
+        top_p=dec.top_p,
+        seed=dec.seed,
         warmups=s["warmups"],
     )
     cpu = device.type == "cpu"
@@ -102,12 +103,12 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
     urls = {"ar": s.get("ar_url") if method != "ar" else s.get("url"), method: s.get("url")}
     if s.get("url") and method != "ar" and not s.get("ar_url"):
         raise ValueError("backend.url names the method's server: the AR denominator needs backend.ar_url too")
-    kv = _kv_bytes(target, s, d["batch_size"]) if cpu else None
+    kv = _kv_bytes(target, s, dec.batch_size) if cpu else None
     servers = {
         n: Server(
             cli,
             target,
-            server_args(s, n, d["gamma"], draft, d["seed"], cpu, kv),
+            server_args(s, n, dec.gamma, draft, dec.seed, cpu, kv),
             out / f"{n}.server.log",
             url=urls[n],
             startup_timeout_s=s["startup_timeout_s"],
@@ -137,10 +138,10 @@ def _vllm_cell(d: dict, cell_dir: Path, device: torch.device, record: dict) -> N
                         rounds[n].append(run_round(cli, srv, tokenizer_path, data, bench, out, f"{n}-round{r}", log))
                     if routed and n == method:  # after the timed rounds: the committed sequences' routes
                         pairs = [(p.id, x) for p, x in zip(prompts, ids, strict=True)]
-                        record["routes"] = record_routes(srv, pairs, d["max_new_tokens"], d["temperature"], d["seed"])
-    record["summary"] = cell_summary(method, rounds[method], rounds["ar"], d["batch_size"])
+                        record["routes"] = record_routes(srv, pairs, dec.max_new_tokens, dec.temperature, dec.seed)
+    record["summary"] = cell_summary(method, rounds[method], rounds["ar"], dec.batch_size)
     record["summary"]["prompts"] = len(texts)
-    record["summary"]["matches_ar"] = _matches(rounds, method, d["temperature"])
+    record["summary"]["matches_ar"] = _matches(rounds, method, dec.temperature)
     if routed:  # N for the overlap analysis's baselines (the routes alone may miss an expert no token chose)
         record["summary"]["num_experts"] = _num_experts(target)
     record["env"]["vllm_version"] = version

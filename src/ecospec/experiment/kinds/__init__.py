@@ -1,7 +1,10 @@
 """The job kinds run.py runs (`job=`: cell, traces, predictor, gto, fig1a), one record each in a module of this
 package: how a kind validates its config, what identifies it and names its directory, how it runs, and what its
-record says in one line. A new job kind is its module here (and the job module it runs), nothing else: validation
-(`config.validate_job`), naming (`config.job_name`), identity, dispatch and the sweep's table read these records."""
+record says in one line. A new job kind is its module here (and the job module it runs), nothing else.
+
+A composed config becomes a `Job` once (`job(cfg)`): its kind, its config as plain data, what identifies it, its id
+and its directory name. Validation (`Job.validate`, which turns a cell into its typed `experiment.spec.Cell`),
+naming, dispatch, the job runner and the sweep's table read the `Job`, never the composed config again."""
 
 from __future__ import annotations
 
@@ -11,21 +14,24 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ecospec.identity import JOB_BLOCKS, cell_config, config_id, job_kind, resolved, store_identity
+from ecospec.identity import JOB_BLOCKS, cell_config, config_id, resolved, store_identity
 from ecospec.registry import Registry
 
 
 @dataclass(frozen=True)
 class JobKind:
     name: str  # the config's `job`
-    validate: Callable[[dict, bool], None]  # (config, awaiting: it runs after the jobs that make its inputs)
-    run: Callable[[Any, Any], dict]  # (config, job directory) -> its record
+    # (job, awaiting: it runs after the jobs that make its inputs) -> what its body reads: a cell's typed `Cell`;
+    # None: the resolved config (the other kinds)
+    validate: Callable[[Job, bool], Any]
+    run: Callable[[Job, Any], dict]  # (job, job directory) -> its record
     line: Callable[[dict], str]  # what an ok record says, after its name (the sweep's table, run.py's output)
     # its own identity blocks from the resolved `identity.JOB_BLOCKS` (beside the job and its target); None: a
     # cell, identified by `identity.cell_config` whole
     blocks: Callable[[dict], dict] | None = None
     model: Callable[[Mapping], dict] = field(default=lambda model: {})  # what of its target identifies it too
-    directory: Callable[[dict], str] | None = None  # its directory name from its identity; None: <kind>-<model>-<id>
+    # its directory name from its identity and id; None: <kind>-<model>-<id[:6]>
+    directory: Callable[[dict, str], str] | None = None
     ranks: bool = True  # runs on the model's ranks (tensor / expert parallel); else one process
     checks_memory: bool = True  # loads the target: the memory check runs before any download
     measures: bool = False  # a measurement cell: its record keeps the model's own γ, names its weights, logs to W&B
@@ -43,15 +49,64 @@ names = REGISTRY.names
 kind = REGISTRY.get
 
 
-def of(cfg: DictConfig | Mapping) -> JobKind:
-    """The record of the job `cfg` names."""
-    return kind(job_kind(cfg))
+def job_kind(cfg: DictConfig | Mapping) -> str:
+    """The kind a config names (`job`), a cell by default."""
+    return cfg.get("job") or "cell"
 
 
-def job_config(cfg: DictConfig | Mapping) -> dict:
-    """The keys that identify a job: a cell's `cell_config`; for the other kinds the job, its target's identity
-    (the store's, its name, what the kind adds) and the kind's own blocks."""
-    k = of(cfg)
+@dataclass(frozen=True)
+class Job:
+    """A job as run.py composed it, resolved once. `config`: the config as plain data (no `hydra` node; read it, never
+    write it); `identity`: what identifies it (`job_config`), `id` its hash, `name` its directory."""
+
+    kind: str
+    config: dict
+    identity: dict
+    id: str
+    name: str
+
+    @property
+    def record(self) -> JobKind:
+        return kind(self.kind)
+
+    def validate(self, awaiting: bool = False) -> Any:
+        """What the job's body reads, once its config is checked (`JobKind.validate`; ConfigError names the first
+        bad value). `awaiting`: it runs after the jobs that make its inputs, so those need not exist yet."""
+        out = self.record.validate(self, awaiting)
+        return self.config if out is None else out
+
+    @property
+    def ranks(self) -> int:
+        """Processes it runs on: `ranks` (else the model config's) under model.parallel=tp|ep, else 1."""
+        model = self.config.get("model") or {}
+        if not self.record.ranks or (model.get("parallel") or "device_map") == "device_map":
+            return 1
+        return int(self.config.get("ranks") or model.get("ranks") or 1)
+
+
+def plain(cfg: DictConfig | Mapping) -> dict:
+    """The config as plain resolved data, without Hydra's own `hydra` node (which only resolves inside a run)."""
+    if not isinstance(cfg, DictConfig):
+        return {k: v for k, v in dict(cfg).items() if k != "hydra"}
+    return {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in cfg
+        if k != "hydra"
+    }
+
+
+def job(cfg: Job | DictConfig | Mapping) -> Job:
+    """The `Job` of a composed config (a `Job` as it is). An unknown kind raises its one-line ValueError."""
+    if isinstance(cfg, Job):
+        return cfg
+    k = kind(job_kind(cfg))
+    identity = _identity(k, cfg)
+    jid = config_id(identity)
+    name = k.directory(identity, jid) if k.directory is not None else f"{k.name}-{identity['model']['name']}-{jid[:6]}"
+    return Job(k.name, plain(cfg), identity, jid, name)
+
+
+def _identity(k: JobKind, cfg: DictConfig | Mapping) -> dict:
     if k.blocks is None:
         return cell_config(cfg)
     d = {b: resolved(cfg.get(b)) for b in JOB_BLOCKS}  # not `hydra`
@@ -59,19 +114,20 @@ def job_config(cfg: DictConfig | Mapping) -> dict:
     return {"job": k.name, "model": model, **k.blocks(d)}
 
 
-def job_id(cfg: DictConfig | Mapping) -> str:
-    return config_id(job_config(cfg))
+def job_config(cfg: DictConfig | Mapping) -> dict:
+    """The keys that identify a job: a cell's `cell_config`; for the other kinds the job, its target's identity
+    (the store's, its name, what the kind adds) and the kind's own blocks."""
+    return _identity(kind(job_kind(cfg)), cfg)
 
 
-def job_name(cfg: DictConfig | Mapping, identity: dict | None = None) -> str:
+def job_id(cfg: Job | DictConfig | Mapping) -> str:
+    return job(cfg).id
+
+
+def job_name(cfg: Job | DictConfig | Mapping) -> str:
     """A job's directory name: its kind's (`JobKind.directory`: a cell's `config.cell_name`, traces'
-    `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`), else `<kind>-<model>-<hash>` (`identity`: the job's
-    `job_config` when the caller already holds it)."""
-    k = of(cfg)
-    c = job_config(cfg) if identity is None else identity
-    if k.directory is not None:
-        return k.directory(c)
-    return f"{k.name}-{c['model']['name']}-{config_id(c)[:6]}"
+    `traces-<model>-<dataset>[-part<i>of<n>]-<hash>`), else `<kind>-<model>-<hash>`."""
+    return job(cfg).name
 
 
 def _job_resolver(*, _root_: DictConfig) -> str:

@@ -1,18 +1,18 @@
 """cell: one (model, method, dataset, decoding settings) measured against AR (`experiment.cell`), or vLLM's
 (`experiment.vllm_cell`, backend=vllm)."""
 
-from ecospec.experiment.config import cell_name, validate
-from ecospec.experiment.kinds import JobKind, register
+from ecospec.experiment.config import cell_directory, validate_cell
+from ecospec.experiment.kinds import Job, JobKind, register
 
 
-def run(cfg, job_dir):
-    if ((cfg.get("backend") or {}).get("name") or "hf") == "vllm":
+def run(job: Job, job_dir):
+    if ((job.config.get("backend") or {}).get("name") or "hf") == "vllm":
         from ecospec.experiment.vllm_cell import run_vllm_cell
 
-        return run_vllm_cell(cfg, job_dir)
+        return run_vllm_cell(job, job_dir)
     from ecospec.experiment.cell import run_cell
 
-    return run_cell(cfg, job_dir)
+    return run_cell(job, job_dir)
 
 
 def line(record: dict) -> str:
@@ -40,10 +40,10 @@ def line(record: dict) -> str:
 KIND = register(
     JobKind(
         name="cell",
-        validate=lambda d, awaiting: validate(d, check_predictor=not awaiting),
+        validate=validate_cell,
         run=run,
         line=line,
-        directory=lambda c: cell_name(None, c),
+        directory=cell_directory,
         measures=True,
         order=10,
     )

@@ -20,7 +20,7 @@ def line(record: dict) -> str:
 KIND = register(
     JobKind(
         name="fig1a",
-        validate=lambda d, awaiting: validate_fig1a(d),
+        validate=lambda job, awaiting: validate_fig1a(job.config),
         run=run,
         line=line,
         blocks=lambda d: {"fig1a": {k: (d.get("fig1a") or {}).get(k) for k in FIG1A_KEYS}},

@@ -21,7 +21,7 @@ def model(model) -> dict:
 KIND = register(
     JobKind(
         name="gto",
-        validate=lambda d, awaiting: validate_gto(d),
+        validate=lambda job, awaiting: validate_gto(job.config),
         run=run,
         line=line,
         blocks=lambda d: {"gto": {k: (d.get("gto") or {}).get(k) for k in GTO_KEYS}},

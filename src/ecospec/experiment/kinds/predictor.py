@@ -23,7 +23,7 @@ def line(record: dict) -> str:
 KIND = register(
     JobKind(
         name="predictor",
-        validate=lambda d, awaiting: validate_training(d),
+        validate=lambda job, awaiting: validate_training(job.config),
         run=run,
         line=line,
         blocks=lambda d: {"training": {k: (d.get("training") or {}).get(k) for k in TRAINING_KEYS}},

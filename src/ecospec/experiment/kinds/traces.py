@@ -2,7 +2,7 @@
 
 from ecospec.experiment.config import validate_traces
 from ecospec.experiment.kinds import JobKind, register
-from ecospec.identity import TRACES_KEYS, config_id
+from ecospec.identity import TRACES_KEYS
 
 
 def run(cfg, job_dir):
@@ -16,10 +16,10 @@ def blocks(d: dict) -> dict:
     return {"dataset": d["dataset"], "traces": {k: (d.get(k) if k == "num_prompts" else t.get(k)) for k in TRACES_KEYS}}
 
 
-def directory(c: dict) -> str:
+def directory(c: dict, cid: str) -> str:
     t = c["traces"]
     part = f"-part{t['part']}of{t['parts']}" if (t.get("parts") or 1) > 1 else ""
-    return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{config_id(c)[:6]}"
+    return f"traces-{c['model']['name']}-{c['dataset']['name']}{part}-{cid[:6]}"
 
 
 def line(record: dict) -> str:
@@ -30,7 +30,7 @@ def line(record: dict) -> str:
 KIND = register(
     JobKind(
         name="traces",
-        validate=lambda d, awaiting: validate_traces(d),
+        validate=lambda job, awaiting: validate_traces(job.config),
         run=run,
         line=line,
         blocks=blocks,
