@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = "ecospec"
@@ -159,3 +161,30 @@ def test_the_layer_check_reads_entries_as_the_doc_says():
     assert layer_table("x\n### Layers\n| layer | m |\n| --- | --- |\n| 1 low | `a`, `b.*` |\n\n## Next") == [
         ("1 low", ["a", "b.*"])
     ]
+
+
+@pytest.mark.slow  # one tiny cell under a profiler (make test-slow, CI)
+def test_the_typed_cell_reaches_few_modules(tmp_path):
+    """Issue 56's bound: from `run_cell` to its record the cell's config (the typed cell, the composed config and
+    its identity views) enters at most 8 modules, in at most 12 calls from another module
+    (`benchmarks/config_path.py`)."""
+    import sys
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from ecospec import conf_dir
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import config_path
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=list(config_path.FAST))
+    with open_dict(cfg):
+        cfg.out_dir = str(tmp_path)
+    cell, entries, _, climbs = config_path.trace(cfg, tmp_path / "cell")
+    assert len(cell) <= 8, sorted(cell)
+    assert sum(entries.values()) <= 12, dict(entries)
+    assert not climbs

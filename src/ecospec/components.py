@@ -7,16 +7,15 @@ builds the embedded default where missing), and so do the tiny build's stages an
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ecospec.identity import random_checkpoint_key
+from ecospec import sources
+from ecospec.sources import TinyDirs, parallel_mode
 
 RANDOM_BACKBONE = {
     "model_type": "qwen3",
@@ -30,9 +29,6 @@ RANDOM_BACKBONE = {
     "max_position_embeddings": 4096,
 }
 CALIBRATION = "calibration.json"  # the calibrate stage's file in its folder (`tiny.calibrate` writes it)
-
-# where a tiny model's stage folders are: (model config, until=None) -> {stage name: folder}
-TinyDirs = Callable[..., dict[str, Path]]
 
 
 @dataclass
@@ -53,97 +49,10 @@ def local_path(path: str) -> Path:
     return Path(snapshot_download(path))
 
 
-def _dtype(name: str | None) -> torch.dtype | str:
-    return "auto" if name in (None, "auto") else getattr(torch, name)
-
-
-def parallel_mode(model: Mapping) -> str:
-    return model.get("parallel") or "device_map"
-
-
-def random_checkpoint(model: Mapping) -> Path:
-    """A random tiny preset saved as an HF checkpoint (made once, by rank 0), so that a tensor-parallel run loads
-    it through `from_pretrained` like a real checkpoint."""
-    from ecospec.atomic import fsync_dir
-    from ecospec.cache import cache_root, digest
-    from ecospec.models import tiny_model
-    from ecospec.models.byte_tokenizer import VOCAB_SIZE
-    from ecospec.parallel import is_main, world
-
-    where = cache_root() / "random" / f"{model['preset']}-{digest(random_checkpoint_key(model, VOCAB_SIZE))}"
-    if is_main() and not (where / "config.json").exists():
-        target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
-        tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
-        target.to(dtype=_dtype(model.get("dtype"))).save_pretrained(tmp)
-        if where.exists():  # another job made it meanwhile
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, where)
-            fsync_dir(where.parent)
-    if world() > 1:
-        import torch.distributed as dist
-
-        dist.barrier()  # the others wait for rank 0's checkpoint
-    return where
-
-
-def load_trained(path, **kwargs):
-    """A trained tiny target from its HF folder, in eval mode, as every caller decodes with it: SDPA attention and
-    the eager experts loop unless `kwargs` say otherwise (the build's batched stages pick the sorted kernel)."""
-    from transformers import AutoModelForCausalLM
-
-    kwargs.setdefault("attn_implementation", "sdpa")
-    kwargs.setdefault("experts_implementation", "eager")
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-
-
 def load_target_and_tokenizer(model: Mapping, device: torch.device, dirs_of: TinyDirs):
     """The target (on `device`, spread by the model's device_map, or this rank's shard under tp / ep) and its
-    tokenizer; `dirs_of`: where a tiny target's stage folders are."""
-    mode = parallel_mode(model)
-    if model["source"] == "random":
-        from ecospec.models import load_target, tiny_model
-        from ecospec.models.byte_tokenizer import VOCAB_SIZE, byte_tokenizer
-
-        if mode != "device_map":  # eager kernels, as tiny_model builds them
-            where = random_checkpoint(model)
-            target = load_target(
-                str(where),
-                dtype=_dtype(model.get("dtype")),
-                attn_implementation="eager",
-                experts_implementation="eager",
-                parallel=mode,
-            )
-            return target, byte_tokenizer()
-        target = tiny_model(model["preset"], seed=model.get("seed", 0), vocab_size=VOCAB_SIZE)
-        return target.to(device=device, dtype=_dtype(model.get("dtype"))), byte_tokenizer()
-    if model["source"] == "tiny":
-        from transformers import AutoTokenizer
-
-        from ecospec.models import load_target
-
-        dirs = dirs_of(model)
-        tokenizer = AutoTokenizer.from_pretrained(dirs["corpus"] / "tokenizer")
-        if mode != "device_map":
-            target = load_target(
-                str(dirs["target"] / "model"),
-                dtype=_dtype(model.get("dtype")),
-                attn_implementation="sdpa",
-                experts_implementation="eager",
-                parallel=mode,
-            )
-            return target, tokenizer
-        target = load_trained(dirs["target"] / "model", dtype=_dtype(model.get("dtype")))
-        return target.to(device), tokenizer
-    from transformers import AutoTokenizer
-
-    from ecospec.models import load_target
-
-    device_map = model.get("device_map") or None
-    target = load_target(model["target"], dtype=_dtype(model.get("dtype")), device_map=device_map, parallel=mode)
-    if device_map is None and mode == "device_map":
-        target.to(device)
-    return target, AutoTokenizer.from_pretrained(model["target"])
+    tokenizer, as its source loads them (`ecospec.sources`); `dirs_of`: where a tiny target's stage folders are."""
+    return sources.of(model).load(model, device, dirs_of, parallel_mode(model))
 
 
 def calibrated_temperature(dirs: Mapping[str, Path]) -> float | tuple[float, ...]:

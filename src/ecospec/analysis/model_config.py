@@ -1,7 +1,7 @@
 """A model's config as the cost model reads it, with no weights and no download where it can: `conf/model/<name>.yaml`
 (package data, so a wheel install has them) or a config mapping, its `facts`, and the target's HF config: from
-``facts.hf_config``, else the tiny preset (source random), the build budget's recipe (source tiny) or
-``AutoConfig.from_pretrained(target)`` (source hf)."""
+``facts.hf_config``, else what its source knows (`ecospec.sources`: a random preset, the tiny build's recipe), else
+``AutoConfig.from_pretrained(target)`` (a real checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from ecospec import conf_dir
+from ecospec import conf_dir, sources
 from ecospec.models.param_count import counts_complete
-from ecospec.tiny.budgets import get_budget
 
 
 def load_model_config(name: str) -> dict:
@@ -44,13 +43,10 @@ def facts_of(model: Mapping) -> dict:
 def config_mapping(model: Mapping, facts: Mapping) -> dict:
     """The target's HF config as a plain mapping (`PretrainedConfig.to_dict()`'s fields), without transformers
     where it is complete as written: `facts.hf_config` when it names every field the count reads (config.json may
-    leave class defaults out), or the tiny recipe's arguments; `hf_config(...).to_dict()` otherwise."""
-    written = facts.get("hf_config")
+    leave class defaults out), or its source's (`sources.facts`) when complete; `hf_config(...).to_dict()` otherwise."""
+    written = facts.get("hf_config") or sources.facts(model)
     if written and counts_complete(written):
         return dict(written)
-    if not written and model.get("source") == "tiny":
-        budget = get_budget(model.get("budget", "full"))
-        return budget.target.hf_config(budget.corpus.vocab_size)
     return hf_config(model, facts).to_dict()
 
 
@@ -59,27 +55,17 @@ def hf_config(model: Mapping, facts: Mapping):
     facts or the tiny recipe have it)."""
     from transformers import AutoConfig
 
-    if facts.get("hf_config"):
-        kwargs = dict(facts["hf_config"])
+    kwargs = dict(facts.get("hf_config") or sources.facts(model) or {})
+    if kwargs:
         return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
-    source = model.get("source")
-    if source == "random":
-        from ecospec.models import tiny_config
-        from ecospec.models.byte_tokenizer import VOCAB_SIZE
-
-        return tiny_config(model["preset"], vocab_size=VOCAB_SIZE)
-    if source == "tiny":  # the requested BPE vocab: a build's tokenizer fills it on the full-size corpus
-        budget = get_budget(model.get("budget", "full"))
-        kwargs = budget.target.hf_config(budget.corpus.vocab_size)
-        return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
-    if source == "hf" and model.get("target"):
+    if sources.real(model) and model.get("target"):
         return AutoConfig.from_pretrained(model["target"])
     raise ValueError(f"model {model.get('name')!r}: no facts.hf_config and no preset, tiny budget or HF target")
 
 
 def release_dir(model: Mapping) -> Path | None:
     """The release's directory of a model whose weights ship with the package (source tiny), else None."""
-    if model.get("source") != "tiny":
+    if not sources.builtin(model):
         return None
     from ecospec.tiny.layout import RELEASE_DIR
 

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from ecospec import sources
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import expert_bytes, model_cost
 from ecospec.parallel import layout_problem, plans, shards_experts
@@ -191,7 +192,7 @@ def memory_problem(model: dict, mode: str, ranks: int, device_type: str, have_by
     """One line when a real target cannot fit in `have_bytes` (`where` names them: this machine's RAM, the visible
     GPUs, one rank's GPU), naming both figures and what to do; None when it fits or cannot be sized. A local
     checkpoint directory is sized by its weight files (the facts describe the Hub checkpoint the config names)."""
-    if model.get("source") != "hf":
+    if not sources.real(model):
         return None
     local = local_weight_bytes(model.get("target"))
     if local is not None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecospec import sources
 from ecospec.analysis.latency import fit_line
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.profiles import profiles_dir
@@ -307,7 +308,7 @@ def measure(
     ar_pass = next(r["t_pass_s"] for r in records if r["gamma"] == 1)
     sizes = range(1, max(gammas) + 1)
     fit_ar = intercept + per_token + per_expert * cost.top_k * layers
-    if cfg.get("source") == "tiny":
+    if sources.builtin(cfg):
         dec = _decodes(engine, prompts, tokens, gammas)
         ar_step = sum(dec["ar"]) / len(dec["ar"])
         intercept, per_token, r2 = fit_steps(dec["steps"], per_expert, layers)

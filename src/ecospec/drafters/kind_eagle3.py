@@ -27,7 +27,12 @@ def prepare_head(drafter, **shape):
 
 def load(ctx: LoadContext):
     path = ctx.spec.get("path")
-    return load_head(ctx, lambda: ctx.local(path) if path is not None else ctx.tiny_dirs(ctx.model)["drafter"] / "head")
+    return load_head(ctx, lambda: ctx.local(path) if path is not None else ctx.tiny_dirs(ctx.model)[STAGE] / "head")
 
 
-KIND = register(DrafterKind(name="eagle3", label="EAGLE-3", load=load, prepare=prepare_head, hidden=True, order=10))
+STAGE = "drafter"  # the embedded default's build stage that trains the head
+KIND = register(
+    DrafterKind(
+        name="eagle3", label="EAGLE-3", load=load, prepare=prepare_head, hidden=True, build_stage=STAGE, order=10
+    )
+)

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from ecospec.drafters.base import Drafter
 
 
+RANDOM_PATH = "random"  # model.drafters.<kind>.path of a random head (tests)
+SYNTHETIC_PATHS = (RANDOM_PATH, "perturbed")  # paths that name no checkpoint: a random head, a perturbed target copy
+
+
 @dataclass
 class LoadContext:
     """What a kind's `load` gets to build its drafter for a cell: the kind, the model config and its
@@ -40,6 +44,10 @@ class DrafterKind:
     # those fixed shapes; None: engine=compiled refuses the kind (validation and the public API alike)
     prepare: Callable[..., Drafter] | None = None
     hidden: bool = False  # it reads the target's hidden states (an EAGLE-3 head)
+    build_stage: str | None = None  # the embedded default's build stage whose folder holds its `head`, if it has one
+    # (model config) -> one line when the checkpoint it loads without a `path` is not made yet (what it needs and the
+    # command that makes it); None: nothing to make
+    missing: Callable[[dict], str | None] | None = None
     order: int = 50
 
     @property

@@ -11,13 +11,15 @@ from typing import Any
 
 import torch
 
+from ecospec import sources
 from ecospec.analysis.profiles import load_profile
-from ecospec.components import Components, TinyDirs, load
+from ecospec.components import Components, load
 from ecospec.experiment.config import TINY_CHECKPOINTS, ConfigError, predictor_path
 from ecospec.experiment.engines import CellEngine
 from ecospec.experiment.records import hardware
 from ecospec.experiment.spec import Method
 from ecospec.methods import method as method_spec
+from ecospec.sources import TinyDirs
 from ecospec.tiny.build import tiny_dirs
 
 
@@ -40,7 +42,7 @@ def predictor_checkpoint(model: dict, dirs_of: TinyDirs) -> str | Path | None:
     """The learned predictor a model config names: "random", a tiny build's checkpoint folder, or a directory or hub
     id (`config.predictor_path`)."""
     name = predictor_path(model)
-    if model["source"] == "tiny" and name in TINY_CHECKPOINTS:
+    if sources.builtin(model) and name in TINY_CHECKPOINTS:
         where = dirs_of(model)["predictor"] / name
         if not where.is_dir():
             raise ConfigError(f"model.predictor.checkpoint={name!r}: the tiny build saved no such checkpoint ({where})")

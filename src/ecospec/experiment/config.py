@@ -15,10 +15,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ecospec import conf_dir
+from ecospec import conf_dir, sources
 from ecospec.bench import settings_problem
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
+from ecospec.drafters.registry import SYNTHETIC_PATHS
+from ecospec.drafters.registry import kind as drafter_kind_record
 from ecospec.drafters.registry import names as drafter_names
 from ecospec.engine.scope import BATCH_BUFFERS, ENGINES, compiled_problem
 from ecospec.experiment import kinds
@@ -30,13 +32,14 @@ from ecospec.experiment.kinds import plain as as_dict  # re-exported: tests read
 from ecospec.experiment.spec import Cell, cell_of, drafter_of
 from ecospec.identity import cell_config, config_id
 from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic and tests import it from here
+from ecospec.methods import AR
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
 from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
-from ecospec.store import gto_root, predictor_root, stored_gto, stored_predictor
+from ecospec.store import predictor_root, stored_predictor
 from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
+from ecospec.vllm_backend.args import MODEL_FREE
 
-SOURCES = ("tiny", "random", "hf")
 PREDICTORS = ("learned", "oracle")
 MIX = "mix"  # the pseudo-dataset of Table 8: instances drawn from several benchmarks (ecospec.data.load_mix)
 TINY_CHECKPOINTS = ("final", "acc50", "acc60")
@@ -98,7 +101,7 @@ def missing_predictor(cfg: DictConfig | Mapping) -> bool:
     cluster's sweep makes first (`experiment.plan`), and what validation refuses elsewhere."""
     d = as_dict(cfg)
     method, model = d["method"], d["model"]
-    return method.get("predictor") == "learned" and model.get("source") != "tiny" and not predictor_path(model)
+    return method.get("predictor") == "learned" and not sources.builtin(model) and not predictor_path(model)
 
 
 def make_predictor_command(model_name: str) -> str:
@@ -138,11 +141,17 @@ def _positive_ints(d: Mapping, keys: tuple[tuple[str, int], ...], prefix: str = 
             raise _bad(prefix + key, v, f"must be an integer >= {low}")
 
 
+def _source(model: Mapping) -> sources.Source:
+    """The record of the model's source (`ecospec.sources`); ConfigError for an unknown one."""
+    if model.get("source") not in sources.names():
+        raise _bad("model.source", model.get("source"), f"allowed: {', '.join(sources.names())}")
+    return sources.of(model)
+
+
 def _validate_model(model: Mapping) -> None:
-    if model.get("source") not in SOURCES:
-        raise _bad("model.source", model.get("source"), f"allowed: {', '.join(SOURCES)}")
-    if model["source"] == "hf" and not model.get("target"):
-        raise _bad("model.target", model.get("target"), "an HF id or a local checkpoint directory is required")
+    problem = _source(model).problem(model)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _validate_dataset(dataset: Mapping, key: str = "dataset.name") -> None:
@@ -287,15 +296,9 @@ def validate_training(d: Mapping) -> None:
 
 
 def model_family(model: Mapping) -> str | None:
-    """The target's HF model_type from the config alone (no download): the tiny build's, a random preset's, or
-    `facts.hf_config`'s; None when only loading the checkpoint would tell."""
-    if model.get("source") == "tiny":
-        return "qwen3_moe"
-    if model.get("source") == "random":
-        from ecospec.models.presets import PRESETS
-
-        return (PRESETS.get(model.get("preset")) or {}).get("model_type")
-    return ((model.get("facts") or {}).get("hf_config") or {}).get("model_type")
+    """The target's HF model_type from the config alone (no download: `sources.facts`); None when only loading the
+    checkpoint would tell."""
+    return (sources.facts(model) or {}).get("model_type")
 
 
 def validate_parallel(d: Mapping) -> None:
@@ -326,22 +329,13 @@ def validate_parallel(d: Mapping) -> None:
             f"model.parallel={mode} places the shards itself: set model.device_map=null",
         )
     family = model_family(model)
-    facts = model_facts(model)
+    facts = sources.facts(model)
     problem = layout_problem(family, mode, ranks, SimpleNamespace(**facts) if facts else None) if family else None
     if problem:
         raise _bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
     problem = rank_layout_problem(ranks, d.get("_gpus_per_node"))
     if problem:
         raise _bad("ranks", ranks, problem)
-
-
-def model_facts(model: Mapping) -> dict | None:
-    """The target's config fields known without a download (conf/model facts, a random preset's), or None."""
-    if model.get("source") == "random":
-        from ecospec.models.presets import PRESETS
-
-        return dict(PRESETS.get(model.get("preset")) or {}) or None
-    return dict(((model.get("facts") or {}).get("hf_config")) or {}) or None
 
 
 def _validate_budget(d: Mapping) -> None:
@@ -357,27 +351,13 @@ def _validate_budget(d: Mapping) -> None:
             )
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise _bad("expert_budget", budget, "must be an integer >= the model's top-k")
-        family = model_family(d["model"])
-        top_k = _family_top_k(d["model"]) if family else None
+        top_k = (sources.facts(d["model"]) or {}).get("num_experts_per_tok")
         if top_k and budget < top_k:
             raise _bad("expert_budget", budget, f"must be >= the model's top-k ({top_k}): a token needs k experts")
     elif budget is not None:
         raise _bad("expert_budget", budget, "only method=moespec|ecospec_moespec take a budget (lossy methods)")
     if d.get("budget_policy", "truncate") not in ("truncate", "substitute"):
         raise _bad("budget_policy", d.get("budget_policy"), "allowed: truncate, substitute")
-
-
-def _family_top_k(model: Mapping) -> int | None:
-    """The target's top-k from its config alone (tiny recipe, random preset or facts.hf_config)."""
-    if model.get("source") == "tiny":
-        from ecospec.tiny.budgets import get_budget
-
-        return get_budget(model.get("budget", "full")).target.top_k
-    if model.get("source") == "random":
-        from ecospec.models.presets import PRESETS
-
-        return (PRESETS.get(model.get("preset")) or {}).get("num_experts_per_tok")
-    return ((model.get("facts") or {}).get("hf_config") or {}).get("num_experts_per_tok")
 
 
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
@@ -412,8 +392,8 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
         raise _bad("backend", name, f"allowed: {', '.join(BACKENDS)}")
     method = d["method"]
     if name == "hf":
-        if kind == "ngram":
-            raise _bad("method", method["name"], "n-gram drafting runs on backend=vllm only (the HF engine has none)")
+        if kind in MODEL_FREE:
+            raise _bad("method", method["name"], f"{kind} drafting runs on backend=vllm only (the HF engine has none)")
         return False
     if method["name"] not in VLLM_METHODS:
         raise _bad(
@@ -427,19 +407,19 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
     if d.get("trace_steps"):
         raise _bad("trace_steps", d["trace_steps"], "vLLM records no verify-pass traces (backend=hf)")
     drafters = d["model"].get("drafters") or {}
-    if kind not in (None, "ngram") and kind not in drafters:
+    if kind not in (None, *MODEL_FREE) and kind not in drafters:
         raise ConfigError(
             f"method={method['name']} needs a {kind} drafter, but model={d['model']['name']} has none "
             f"(model.drafters has: {', '.join(drafters) or 'nothing'})"
         )
     spec = drafters.get(kind) or {}
-    if kind in ("eagle3", "draft_model") and spec.get("path") in ("random", "perturbed"):
+    if spec.get("path") in SYNTHETIC_PATHS:
         raise _bad(f"model.drafters.{kind}.path", spec["path"], "vLLM loads a drafter checkpoint (a path or HF id)")
-    if d["model"].get("source") == "random":
+    if _source(d["model"]).checkpoint is None:
         raise _bad(
             "model",
             d["model"]["name"],
-            "a random preset has no checkpoint for vLLM to load: use model=tiny or a real model",
+            f"a {d['model']['source']} model has no checkpoint for vLLM to load: use model=tiny or a real model",
         )
     if b.get("routed_experts") and d.get("device") == "cpu":
         raise _bad("backend.routed_experts", True, ROUTED_ON_CPU)
@@ -487,7 +467,7 @@ def validate_interleave(d: Mapping) -> None:
         raise ConfigError("interleave: not with expert_budget (the budget is a method's own setting)")
     if (d.get("backend") or {}).get("name", "hf") != "hf":
         raise ConfigError("interleave: our engine only (backend=hf)")
-    if "ar" in names or main == "ar":
+    if AR in names or main == AR:
         raise ConfigError("interleave: AR is decoded beside every method already; list SD methods only")
     if main in names or len(set(names)) < len(names):
         raise ConfigError(f"interleave={','.join(names)}: each method once, not the cell's own ({main})")
@@ -539,7 +519,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if _validate_backend(d, kind):
         return  # a vLLM cell: the rest is the HF engine's
     if kind is None:
-        if method["name"] != "ar":
+        if method["name"] != AR:
             raise _bad("method.drafter", None, "only method=ar decodes without a drafter")
     elif kind not in drafter_names():
         raise _bad("method.drafter", method.get("drafter"), f"allowed: default, {', '.join(drafter_names())}")
@@ -550,7 +530,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
             f"(model.drafters has: {have}); pick another method or set model.drafters.{kind}"
         )
     temp = ((drafters.get(kind) or {}) if kind else {}).get("temperature")
-    if temp is not None and not (temp == "calibrated" and model["source"] == "tiny"):
+    if temp is not None and not (temp == "calibrated" and sources.builtin(model)):
         temps = temp if isinstance(temp, list | tuple) and temp else [temp]  # one per draft depth, or one for all
         if any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in temps):
             raise _bad(
@@ -558,13 +538,10 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
                 temp,
                 "null (1.0), a number > 0, or calibrated (the tiny build's fitted draft temperature; model=tiny only)",
             )
-    if kind == "gto" and model["source"] != "tiny" and not (drafters["gto"] or {}).get("path"):
-        if stored_gto(model) is None and check_predictor:
-            raise ConfigError(
-                f"model.drafters.gto.path=None: method={method['name']} needs a GTO-trained EAGLE-3 head for "
-                f"model={model['name']}; make it with: python run.py -m experiment=gto model={model['name']} "
-                f"(looked in {gto_root(model) / 'head'}), or set model.drafters.gto.path=<directory or HF id>"
-            )
+    missing = drafter_kind_record(kind).missing if kind and check_predictor else None
+    problem = missing(model) if missing else None
+    if problem:
+        raise ConfigError(f"model.drafters.{kind}.path=None: method={method['name']} needs {problem}")
     pred = method.get("predictor")
     if pred not in (None, *PREDICTORS):
         raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
@@ -573,7 +550,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
         raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")
     if pred == "learned":
         path = predictor_path(model)
-        if model["source"] == "tiny":
+        if sources.builtin(model):
             if path not in TINY_CHECKPOINTS:
                 raise _bad("model.predictor.checkpoint", path, f"the tiny build has {', '.join(TINY_CHECKPOINTS)}")
         elif not path and check_predictor:

@@ -23,9 +23,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ecospec import sources
 from ecospec.atomic import replace_dir, temp_dir, write_file, write_json
 from ecospec.components import load_target_and_tokenizer, local_path
 from ecospec.drafters.gto_train import GtoTraining, train_gto_head
+from ecospec.drafters.registry import RANDOM_PATH
 from ecospec.experiment.config import ConfigError
 from ecospec.experiment.job import run_job
 from ecospec.parallel import env_rank
@@ -79,13 +81,13 @@ def _train(d: dict, job_dir: Path, device: torch.device, record: dict) -> None:
     target, tokenizer = load_target_and_tokenizer(model, device, tiny_dirs)
     spec = (model.get("drafters") or {}).get("eagle3") or {}
     path = spec.get("path")
-    if path is None and model["source"] != "tiny":
+    if path is None and not sources.builtin(model):
         raise ConfigError(f"model={model['name']} has no model.drafters.eagle3.path: GTO starts from an EAGLE-3 head")
-    if path == "random":  # a random tiny target's random head (tests)
+    if path == RANDOM_PATH:  # a random tiny target's random head (tests)
         from ecospec.drafters.eagle3 import Eagle3Head, init_random_weights
         from ecospec.drafters.eagle3_train import default_head_config
 
-        where, head = "random", init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
+        where, head = RANDOM_PATH, init_random_weights(Eagle3Head(default_head_config(target)), seed=1)
     else:
         where = tiny_dirs(model)["drafter"] / "head" if path is None else local_path(path)
         head = load_eagle3(where, target.config)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ecospec import sources
 from ecospec.experiment import kinds
 from ecospec.experiment.components import pick_device
 from ecospec.experiment.config import ConfigError
@@ -86,7 +87,7 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
     (`analysis.sizing.memory_problem`). A target without sizing facts goes on with a warning;
     `memory_check=false` skips the check (not part of a cell's identity)."""
     model = d["model"]
-    if not d.get("memory_check", True) or model.get("source") != "hf" or (d.get("backend") or {}).get("name") == "vllm":
+    if not d.get("memory_check", True) or not sources.real(model) or (d.get("backend") or {}).get("name") == "vllm":
         return
     from ecospec.analysis.sizing import local_weight_bytes, memory_problem
 
@@ -224,7 +225,7 @@ def finish_record(job_dir: Path, job: Job, record: dict) -> None:
 def _weights(d: dict) -> dict | None:
     """The embedded default a tiny job would decode with (None for other models, or a budget or $ECOSPEC_TINY that
     validation is about to refuse with its own message)."""
-    if (d.get("model") or {}).get("source") != "tiny":
+    if not sources.builtin(d.get("model") or {}):
         return None
     try:
         return tiny_weights(d["model"])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecospec import sources
 from ecospec.experiment.config import as_dict, missing_predictor
 
 ROOT = Path(__file__).resolve().parents[3]  # where run.py is (an editable install of the repository)
@@ -85,7 +86,7 @@ class Job:
 def cell_gpus(model: Mapping[str, Any], cluster: Cluster) -> int:
     """The GPUs a cell of `model` asks for: the profile's, or where the profile asks for GPUs of a known type and
     the model runs in one process from its facts, what `analysis.sizing` says its weights and KV cache need."""
-    if not cluster.gpus_per_node or model.get("source") != "hf" or not cluster.gpu_type:
+    if not cluster.gpus_per_node or not cluster.gpu_type or not sources.real(model):
         return cluster.gpus_per_node
     if (model.get("parallel") or "device_map") != "device_map" or not (model.get("facts") or {}).get("hf_config"):
         return cluster.gpus_per_node

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ecospec import sources
 from ecospec.atomic import replace_dir
 from ecospec.components import load_target_and_tokenizer
 from ecospec.data.split import is_heldout
@@ -121,7 +122,7 @@ def read_embedding(name_or_path: str, param: str) -> torch.Tensor:
 def target_facts(model: dict, device: torch.device):
     """(MoE facts, input embedding) of the target: from its config and one tensor for a real checkpoint, from the
     model itself for the tiny ones (cheap to build)."""
-    if model["source"] != "hf":
+    if not sources.real(model):
         from ecospec.models import moe_info
 
         target, _ = load_target_and_tokenizer(model, torch.device("cpu"), tiny_dirs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from ecospec import methods
 from ecospec.experiment.kinds import Job
 from ecospec.identity import times_hf_peer
 
@@ -27,7 +28,7 @@ class Method:
         return self.drafter is not None
 
 
-AR = Method("ar")  # the baseline every cell times: the target alone
+AR = Method(methods.AR)  # the baseline every cell times: the target alone
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import torch
 
+from ecospec import sources
+from ecospec.drafters.registry import kind as drafter_kind
+from ecospec.drafters.registry import names as drafter_names
 from ecospec.experiment.config import ROUTED_ON_CPU
 from ecospec.experiment.job import run_job
 from ecospec.experiment.spec import Cell
+from ecospec.methods import AR
 from ecospec.tiny.build import tiny_dirs
 from ecospec.vllm_backend.args import kv_cache_bytes, server_args
 from ecospec.vllm_backend.bench import BenchSettings, check_tokenization, run_round, write_dataset
@@ -48,12 +52,13 @@ def checkpoints(model: dict, kind: str | None) -> tuple[str, str, str | None]:
     """(target, tokenizer, drafter checkpoint) as vLLM loads them, `kind` the drafter's: the tiny build's folders,
     or HF ids / paths."""
     spec = (model.get("drafters") or {}).get(kind) or {}
-    if model["source"] == "tiny":
-        dirs = tiny_dirs(model)
-        target = str(dirs["target"] / "model")
-        draft = str(spec.get("path") or dirs["drafter"] / "head") if kind == "eagle3" else spec.get("path")
-        return target, target, draft
-    return model["target"], model["target"], spec.get("path")
+    source = sources.of(model)
+    target = source.checkpoint(model, tiny_dirs)
+    draft = spec.get("path")
+    stage = drafter_kind(kind).build_stage if kind in drafter_names() else None
+    if draft is None and source.builtin and stage:  # the build's own head
+        draft = str(tiny_dirs(model)[stage] / "head")
+    return target, target, draft
 
 
 def dataset_prompts(chat: bool, tokenizer, prompts) -> tuple[list[str], list[list[int]]]:
@@ -99,9 +104,9 @@ def _vllm_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -
     if routed and cpu:
         raise ValueError(f"backend.routed_experts=true: {ROUTED_ON_CPU}")
     cli = vllm_cli(s.get("python"))  # vllm serve, and vllm bench serve even against a server someone else runs
-    names = ["ar"] if method == "ar" else ["ar", method]
-    urls = {"ar": s.get("ar_url") if method != "ar" else s.get("url"), method: s.get("url")}
-    if s.get("url") and method != "ar" and not s.get("ar_url"):
+    names = [AR] if method == AR else [AR, method]
+    urls = {AR: s.get("ar_url") if method != AR else s.get("url"), method: s.get("url")}
+    if s.get("url") and method != AR and not s.get("ar_url"):
         raise ValueError("backend.url names the method's server: the AR denominator needs backend.ar_url too")
     kv = _kv_bytes(target, s, dec.batch_size) if cpu else None
     servers = {
@@ -123,15 +128,15 @@ def _vllm_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -
         if cpu:  # both up, rounds alternating: a machine that slows down slows both alike
             for srv in servers.values():
                 stack.enter_context(srv)
-            check_tokenization(servers["ar"], texts, ids)
-            version = servers["ar"].get("/version").get("version")
+            check_tokenization(servers[AR], texts, ids)
+            version = servers[AR].get("/version").get("version")
             for r in range(s["rounds"]):
                 for n in names:
                     rounds[n].append(run_round(cli, servers[n], tokenizer_path, data, bench, out, f"{n}-round{r}", log))
         else:  # one GPU (or node) at a time: each server alone on the hardware
             for n in names:
                 with servers[n] as srv:
-                    if n == "ar":
+                    if n == AR:
                         check_tokenization(srv, texts, ids)
                         version = srv.get("/version").get("version")
                     for r in range(s["rounds"]):
@@ -139,13 +144,13 @@ def _vllm_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -
                     if routed and n == method:  # after the timed rounds: the committed sequences' routes
                         pairs = [(p.id, x) for p, x in zip(prompts, ids, strict=True)]
                         record["routes"] = record_routes(srv, pairs, dec.max_new_tokens, dec.temperature, dec.seed)
-    record["summary"] = cell_summary(method, rounds[method], rounds["ar"], dec.batch_size)
+    record["summary"] = cell_summary(method, rounds[method], rounds[AR], dec.batch_size)
     record["summary"]["prompts"] = len(texts)
     record["summary"]["matches_ar"] = _matches(rounds, method, dec.temperature)
     if routed:  # N for the overlap analysis's baselines (the routes alone may miss an expert no token chose)
         record["summary"]["num_experts"] = _num_experts(target)
     record["env"]["vllm_version"] = version
-    record["env"]["storage"] = {"quantization": _quantization(servers["ar"].log), "dtype": s["dtype"]}
+    record["env"]["storage"] = {"quantization": _quantization(servers[AR].log), "dtype": s["dtype"]}
     record["server_args"] = {n: srv.args for n, srv in servers.items()}
     record["server_startup_s"] = {n: srv.startup_s for n, srv in servers.items()}
     record["prompts"] = [{"id": p.id, "turn": 0, "prompt_tokens": len(x)} for p, x in zip(prompts, ids, strict=True)]
@@ -153,9 +158,9 @@ def _vllm_cell(cell: Cell, cell_dir: Path, device: torch.device, record: dict) -
 
 def _matches(rounds: dict, method: str, temperature: float) -> float | None:
     """Greedy: the share of requests of the first round whose text equals AR's (vLLM is lossless too)."""
-    if temperature != 0 or method == "ar":
-        return 1.0 if method == "ar" and temperature == 0 else None
-    a, b = rounds["ar"][0].get("generated_texts"), rounds[method][0].get("generated_texts")
+    if temperature != 0 or method == AR:
+        return 1.0 if method == AR and temperature == 0 else None
+    a, b = rounds[AR][0].get("generated_texts"), rounds[method][0].get("generated_texts")
     if not a or not b or len(a) != len(b):
         return None
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)

@@ -19,7 +19,9 @@ from ecospec.methods._candidates import Candidates
 from ecospec.methods._session import Session
 from ecospec.registry import Registry
 
-__all__ = ["Candidates", "MethodSpec", "Session", "method", "methods", "names", "register"]
+__all__ = ["AR", "Candidates", "MethodSpec", "Session", "method", "methods", "names", "register"]
+
+AR = "ar"  # conf/method/ar.yaml: the method without a drafter, the baseline every cell times
 
 
 @dataclass(frozen=True)

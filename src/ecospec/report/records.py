@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ecospec import sources
 from ecospec.experiment.records import RESULT, SCHEMA, load_record
 from ecospec.report.write import page_markdown, write_page
 
@@ -356,7 +357,7 @@ def model_costs(model_configs: dict[str, dict], storages: dict[str, dict] | None
         facts = cfg.get("facts")
         if facts is None and (conf_dir() / "model" / f"{name}.yaml").exists():
             facts = load_model_config(name).get("facts")
-        if cfg.get("source") == "hf" and not (facts or {}).get("hf_config"):
+        if sources.real(cfg) and not (facts or {}).get("hf_config"):
             warnings.warn(
                 f"model {name}: no facts.hf_config in conf/model, left out of Table 13 and modeled.md", stacklevel=2
             )

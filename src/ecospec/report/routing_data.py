@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ecospec import sources
 from ecospec.analysis.ipf import unique_experts
 from ecospec.analysis.overlap import Pooled, pooled
 from ecospec.analysis.traces import DraftTokens, draft_tokens, sequence_routes
@@ -110,7 +111,7 @@ def corpus_routes(model_config: Mapping) -> tuple[list[np.ndarray], int] | None:
     """The routing traces of a tiny model's build on this machine (one array [tokens, layers, k] per corpus window)
     and N; None for another model or when a cache build has no traces. The release ships none: they are traced from
     it on first use (``tiny.build``, about a minute) and kept in the cache."""
-    if model_config.get("source") != "tiny":
+    if not sources.builtin(model_config):
         return None
     try:
         budget = model_config.get("budget") or "full"

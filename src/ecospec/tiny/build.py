@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 
 from ecospec.atomic import replace_dir
-from ecospec.components import load_build, load_trained
+from ecospec.components import load_build
 from ecospec.identity import stage_keys
+from ecospec.sources.tiny import load_trained
 from ecospec.tiny.budgets import Budget, get_budget
 from ecospec.tiny.calibrate import calibrate_stage, calibrate_summary
 from ecospec.tiny.corpus import encode_documents, load_corpus, train_tokenizer

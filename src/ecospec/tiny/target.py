@@ -31,7 +31,7 @@ Recipe (what was measured when each knob was chosen, and what was tried and drop
   to the same few experts early on and some experts stayed dead.
 * Training kernel ``ecospec_sorted`` (``tiny/experts.py``): faster than the eager per-expert loop and
   deterministic, which transformers' ``grouped_mm`` is not on a 2-thread CPU. Decoding always runs the eager loop
-  (``components.load_trained``).
+  (``sources.tiny.load_trained``).
 * Thread contention: with 2 threads and another busy process on a 2-core machine, OpenMP spin-waits make steps
   many times slower; 1 thread is not slowed this way. The trainer warns when steps slow down over 4x.
 

@@ -9,6 +9,7 @@ import json
 # method name -> vLLM's speculative method ("draft" is a separate draft LM; "ngram" needs no model)
 SPEC_METHODS = {"eagle3": "eagle3", "mtp": "mtp", "draft": "draft_model", "ngram": "ngram"}
 METHODS = ("ar", *SPEC_METHODS)
+MODEL_FREE = ("ngram",)  # the drafting methods that load no drafter (vLLM's own; the HF engine has none)
 NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}  # vLLM's defaults for prompt-lookup drafting
 
 

@@ -1,5 +1,6 @@
 """gto: an EAGLE-3 head trained further with Group Tree Optimization, then measured (`experiment.gto_job`)."""
 
+from ecospec.drafters.kind_gto import NAME
 from ecospec.experiment.config import validate_gto
 from ecospec.experiment.kinds import JobKind, register
 from ecospec.experiment.kinds.cell import line
@@ -20,7 +21,7 @@ def model(model) -> dict:
 
 KIND = register(
     JobKind(
-        name="gto",
+        name=NAME,
         validate=lambda job, awaiting: validate_gto(job.config),
         run=run,
         line=line,
