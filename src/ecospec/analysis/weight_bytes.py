@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecospec.analysis.model_config import config_mapping, facts_of, load_model_config, release_dir
+from ecospec.drafters.registry import kind as drafter_kind
 from ecospec.models.param_count import count_params, dense_decoder_params, head_dim, moe_layer_params
 
 FORMATS: dict[str, tuple[float, int, int]] = {
@@ -281,15 +282,17 @@ def _mtp_bytes(model: Mapping, c: ModelCost) -> float:
 
 
 def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]:
-    """(first pass, each later pass, source) bytes of one pass of `drafter` (eagle3, gto, mtp, draft_model) for
-    conf/model `model`: the release's files (model=tiny), `facts.drafters.<kind>` (a shape), or derived from the
-    target's facts (`facts.drafters.<kind>: derived`, or no facts)."""
+    """(first pass, each later pass, source) bytes of one pass of drafter kind `drafter` for conf/model `model`, by
+    what its kind says a pass reads (`DrafterKind.weights`): the release's files (model=tiny), `facts.drafters.<kind>`
+    (a shape), or derived from the target's facts (`facts.drafters.<kind>: derived`, or no facts)."""
+    record = drafter_kind(drafter)
     facts = facts_of(model)
-    given = (facts.get("drafters") or {}).get("eagle3" if drafter == "gto" else drafter)
+    given = (facts.get("drafters") or {}).get(record.shape_of or drafter)
     release = release_dir(model)
-    if drafter in ("eagle3", "gto"):
+    if record.weights == "head":
         if release is not None:
-            files = safetensors_bytes(release / "drafter" / "head" / "model.safetensors", skip=("embed", "d2t", "t2d"))
+            stage = drafter_kind(record.shape_of or drafter).build_stage
+            files = safetensors_bytes(release / stage / "head" / "model.safetensors", skip=("embed", "d2t", "t2d"))
             fc = sum(v for k, v in files.items() if k.startswith(("fc.", "input_norm.")))
             total = sum(files.values())
             return total, total - fc, "the release's head"
@@ -298,19 +301,19 @@ def drafter_pass_bytes(model: Mapping, drafter: str) -> tuple[float, float, str]
             return first, later, "facts"
         shape = derived_eagle3_shape(config_mapping(model, facts))
         return (*eagle3_head_bytes(shape, model_cost(model).storage["other"]), "derived from the target's facts")
-    if drafter == "mtp":
+    if record.weights == "mtp":
         b = _mtp_bytes(model, model_cost(model))
         return b, b, "derived from the target's facts"
-    if drafter == "draft_model":
-        if ((model.get("drafters") or {}).get("draft_model") or {}).get("path") == "perturbed":  # the target's copy
+    if record.weights == "lm":
+        if ((model.get("drafters") or {}).get(drafter) or {}).get("path") == "perturbed":  # the target's copy
             c = model_cost(model)
             b = verify_hbm_bytes(c, c.top_k)
             return b, b, "a copy of the target"
         if isinstance(given, Mapping):
             b = _lm_bytes(given, given.get("storage", "bf16"))
             return b, b, "facts"
-        raise ValueError(f"model {model.get('name')!r}: facts.drafters.draft_model has no shape of its draft LM")
-    raise ValueError(f"unknown drafter {drafter!r}")
+        raise ValueError(f"model {model.get('name')!r}: facts.drafters.{drafter} has no shape of its draft LM")
+    raise ValueError(f"drafter kind {drafter!r} says nothing of the weights a pass reads (DrafterKind.weights)")
 
 
 def predictor_pass_bytes(model: Mapping) -> tuple[float, str]:

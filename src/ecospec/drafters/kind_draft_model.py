@@ -25,4 +25,4 @@ def load(ctx: LoadContext):
     return DraftModelDrafter(draft.to(target.device).eval())
 
 
-KIND = register(DrafterKind(name="draft_model", label="Draft model", load=load, prepare=as_is, order=30))
+KIND = register(DrafterKind(name="draft_model", label="Draft model", load=load, prepare=as_is, weights="lm", order=30))

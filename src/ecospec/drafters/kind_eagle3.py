@@ -33,6 +33,13 @@ def load(ctx: LoadContext):
 STAGE = "drafter"  # the embedded default's build stage that trains the head
 KIND = register(
     DrafterKind(
-        name="eagle3", label="EAGLE-3", load=load, prepare=prepare_head, hidden=True, build_stage=STAGE, order=10
+        name="eagle3",
+        label="EAGLE-3",
+        load=load,
+        prepare=prepare_head,
+        hidden=True,
+        build_stage=STAGE,
+        weights="head",
+        order=10,
     )
 )

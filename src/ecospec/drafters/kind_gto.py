@@ -2,12 +2,14 @@
 GTO stage (model=tiny), else the head `experiment=gto` published in the store."""
 
 from ecospec import sources
+from ecospec.drafters.kind_eagle3 import KIND as BASE_KIND
 from ecospec.drafters.kind_eagle3 import load_head, prepare_head
 from ecospec.drafters.registry import DrafterKind, LoadContext, register
 from ecospec.store import gto_root, stored_gto
 
 NAME = "gto"  # the kind, its build stage and the job kind that trains it (experiment=gto)
 STAGE = NAME
+BASE = BASE_KIND.name  # the head it trains further
 
 
 def load(ctx: LoadContext):
@@ -43,6 +45,8 @@ KIND = register(
         prepare=prepare_head,
         hidden=True,
         build_stage=STAGE,
+        weights="head",
+        shape_of=BASE,
         missing=missing,
         order=40,
     )

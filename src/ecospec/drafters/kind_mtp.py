@@ -15,4 +15,4 @@ def load(ctx: LoadContext):
     return MtpDrafter(head, target)
 
 
-KIND = register(DrafterKind(name="mtp", label="MTP", load=load, order=20))
+KIND = register(DrafterKind(name="mtp", label="MTP", load=load, weights="mtp", order=20))

@@ -45,6 +45,11 @@ class DrafterKind:
     prepare: Callable[..., Drafter] | None = None
     hidden: bool = False  # it reads the target's hidden states (an EAGLE-3 head)
     build_stage: str | None = None  # the embedded default's build stage whose folder holds its `head`, if it has one
+    # what one pass reads, for the cost model (`analysis.weight_bytes.drafter_pass_bytes`): "head" (an EAGLE-3 head),
+    # "mtp" (DeepSeek's MTP module, part of the target's checkpoint) or "lm" (a draft LM); None: not modeled
+    weights: str | None = None
+    # the kind whose shape (its `facts.drafters.<kind>`, its build stage's head) it has: GTO's, the EAGLE-3 head's
+    shape_of: str | None = None
     # (model config) -> one line when the checkpoint it loads without a `path` is not made yet (what it needs and the
     # command that makes it); None: nothing to make
     missing: Callable[[dict], str | None] | None = None
