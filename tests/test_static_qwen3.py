@@ -28,6 +28,7 @@ def _block(prefix: int):
     return tokens, torch.tensor(depths) + prefix, ancestor_mask([p - 1 for p in parents[1:]])
 
 
+@pytest.mark.kernels  # the first test of the C++ kernels builds them: a minute from an empty ECOSPEC_CACHE
 @pytest.mark.parametrize("preset", ["qwen3_moe-a", "qwen3_moe-b"])  # b: dense layers among the MoE ones
 def test_static_forward_matches_transformers(preset):
     target = tiny_model(preset, seed=3, attn_implementation="sdpa")
@@ -55,6 +56,7 @@ def test_static_forward_matches_transformers(preset):
         assert torch.equal(logits.argmax(-1), ref.logits[0].argmax(-1))
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("width", [64, 24])  # 64: the kernel's register tiles; 24: widths they do not divide
 def test_routed_experts_op_matches_transformers(dtype, width):
@@ -94,6 +96,7 @@ def test_routed_experts_op_matches_transformers(dtype, width):
         torch.ops.ecospec.moe_experts(x, ids + 12, w, experts.gate_up_proj, experts.down_proj)
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("head_dim", [32, 20])  # 32: the kernel's register tiles; 20: widths they do not divide
 def test_block_attention_op_matches_attention_over_a_mask(dtype, head_dim):
@@ -122,6 +125,7 @@ def test_block_attention_op_matches_attention_over_a_mask(dtype, head_dim):
         torch.ops.ecospec.block_attention(q, k_cache, v_cache, start + 1, torch.stack(trees), 1.0)
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
     "preset,overrides",

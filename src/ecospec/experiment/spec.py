@@ -89,7 +89,6 @@ class Cell:
     force: bool = False
     progress: bool = True
     out_dir: str = "experiments"
-    logger: Mapping | None = None
     interleave: tuple[Cell, ...] = ()  # the methods decoded beside this one, each as its own cell
 
     @property
@@ -109,10 +108,6 @@ class Cell:
     def hf_peer(self) -> bool:
         """Whether transformers' `generate` is timed beside AR (`identity.times_hf_peer`)."""
         return times_hf_peer(self.ar_peer, self.decoding.batch_size)
-
-    @property
-    def vllm(self) -> bool:
-        return self.backend.get("name", "hf") == "vllm"
 
 
 def _pick(cls, d: Mapping, skip: tuple[str, ...] = (), **extra) -> dict:
