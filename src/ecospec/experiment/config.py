@@ -1,9 +1,7 @@
-"""A job's name and validation: everything decided from the composed config before any model loads (what identifies
-a job: `ecospec.identity`).
-
-Jobs (the top-level `job` knob): `cell` (one point of a grid, the default), `traces` (routing traces of one
-dataset, `experiment=traces`) and `predictor` (train the expert predictor, `experiment=predictor`).
-"""
+"""Validation before any model loads: a cell's every knob (`validate`, then the typed cell, `validate_cell`), the
+checks every job kind shares (the model and its source, datasets, ranks, positive integers: each kind's own checks
+sit in its record, `experiment.kinds`), and a cell's directory name. Each bad value is one `ConfigError` naming the
+key, the value and what is allowed. What identifies a job: `ecospec.identity`."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ecospec import conf_dir, sources
-from ecospec.bench import settings_problem
 from ecospec.data import DATASETS
 from ecospec.data.split import SPLITS
 from ecospec.drafters.registry import SYNTHETIC_PATHS
@@ -78,7 +75,7 @@ def cell_directory(c: dict, cid: str) -> str:
     return f"{head}-{knobs}-{cid[:6]}"
 
 
-def _bad(key: str, value: Any, allowed: str) -> ConfigError:
+def bad(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"{key}={value!r}: {allowed}")
 
 
@@ -134,46 +131,46 @@ def _missing_predictor(model: Mapping, method: str) -> ConfigError:
     )
 
 
-def _positive_ints(d: Mapping, keys: tuple[tuple[str, int], ...], prefix: str = "") -> None:
+def positive_ints(d: Mapping, keys: tuple[tuple[str, int], ...], prefix: str = "") -> None:
     for key, low in keys:
         v = d.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise _bad(prefix + key, v, f"must be an integer >= {low}")
+            raise bad(prefix + key, v, f"must be an integer >= {low}")
 
 
 def _source(model: Mapping) -> sources.Source:
     """The record of the model's source (`ecospec.sources`); ConfigError for an unknown one."""
     if model.get("source") not in sources.names():
-        raise _bad("model.source", model.get("source"), f"allowed: {', '.join(sources.names())}")
+        raise bad("model.source", model.get("source"), f"allowed: {', '.join(sources.names())}")
     return sources.of(model)
 
 
-def _validate_model(model: Mapping) -> None:
+def validate_model(model: Mapping) -> None:
     problem = _source(model).problem(model)
     if problem:
         raise ConfigError(problem)
 
 
-def _validate_dataset(dataset: Mapping, key: str = "dataset.name") -> None:
+def validate_dataset(dataset: Mapping, key: str = "dataset.name") -> None:
     if dataset.get("name") == MIX:
         members = dataset.get("members")
         if not members or isinstance(members, str):
-            raise _bad("dataset.members", members, "a non-empty list of the benchmarks to draw instances from")
+            raise bad("dataset.members", members, "a non-empty list of the benchmarks to draw instances from")
         for name in members:
             if name not in DATASETS:
-                raise _bad("dataset.members", name, f"allowed: {', '.join(DATASETS)}")
-        _positive_ints(dataset, (("instances", 1),), "dataset.")
+                raise bad("dataset.members", name, f"allowed: {', '.join(DATASETS)}")
+        positive_ints(dataset, (("instances", 1),), "dataset.")
         if isinstance(dataset.get("seed"), bool) or not isinstance(dataset.get("seed"), int):
-            raise _bad("dataset.seed", dataset.get("seed"), "must be an integer")
+            raise bad("dataset.seed", dataset.get("seed"), "must be an integer")
         return
     if dataset.get("name") not in DATASETS:
-        raise _bad(key, dataset.get("name"), f"allowed: {', '.join(DATASETS)}, {MIX}")
+        raise bad(key, dataset.get("name"), f"allowed: {', '.join(DATASETS)}, {MIX}")
 
 
-def _validate_num_prompts(d: Mapping) -> None:
+def validate_num_prompts(d: Mapping) -> None:
     n = d.get("num_prompts")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise _bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
+        raise bad("num_prompts", n, "must be an integer >= 1, or null for the whole dataset")
 
 
 def _launcher_gpus(cfg) -> int | None:
@@ -193,7 +190,7 @@ def validate_job(cfg: Job | DictConfig | Mapping, awaiting: bool = False) -> Any
     try:
         job = kinds.job(cfg)
     except ValueError:
-        raise _bad("job", cfg.get("job"), f"allowed: {', '.join(kinds.names())}") from None
+        raise bad("job", cfg.get("job"), f"allowed: {', '.join(kinds.names())}") from None
     gpus = _launcher_gpus(cfg)
     if gpus is not None:
         job = replace(job, config={**job.config, "_gpus_per_node": gpus})
@@ -208,91 +205,12 @@ def validate_cell(job: Job, awaiting: bool = False) -> Cell:
     return cell_of(job, beside)
 
 
-def validate_fig1a(d: Mapping) -> None:
-    """The verify-latency benchmark's target and its settings (`ecospec.bench.settings_problem`)."""
-    _validate_model(d["model"])
-    problem = settings_problem(d.get("fig1a") or {})
-    if problem:
-        raise ConfigError(f"fig1a.{problem}")
-
-
-def _validate_datasets(datasets, key: str, allowed: str) -> None:
+def validate_datasets(datasets, key: str, allowed: str) -> None:
     """A non-empty list of known benchmark names (GTO's and the predictor's training sets)."""
     if not datasets or isinstance(datasets, str):
-        raise _bad(key, datasets, allowed)
+        raise bad(key, datasets, allowed)
     for name in datasets:
-        _validate_dataset({"name": name}, key)
-
-
-def validate_gto(d: Mapping) -> None:
-    _validate_model(d["model"])
-    validate_parallel(d)
-    g = d.get("gto") or {}
-    if not g.get("data"):
-        _validate_datasets(
-            g.get("datasets"), "gto.datasets", "a non-empty list of datasets (their train split), or set gto.data"
-        )
-    _positive_ints(
-        g,
-        (
-            ("steps", 1),
-            ("batch_size", 1),
-            ("seq_len", 8),
-            ("groups", 1),
-            ("group_size", 2),
-            ("depth", 1),
-            ("topk", 1),
-            ("response_tokens", 1),
-            ("save_every", 1),
-            ("batch_size_generate", 1),
-        ),
-        "gto.",
-    )
-    lr = g.get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
-        raise _bad("gto.lr", lr, "must be a number > 0")
-    eagle = (d["model"].get("drafters") or {}).get("eagle3")
-    if eagle is None:
-        raise _bad("model.drafters.eagle3", None, f"model={d['model']['name']} has no EAGLE-3 head to start GTO from")
-
-
-def validate_traces(d: Mapping) -> None:
-    _validate_model(d["model"])
-    validate_parallel(d)
-    if d["dataset"].get("name") == MIX:
-        raise _bad("dataset.name", MIX, "traces are collected per benchmark: name one (the predictor pools them)")
-    _validate_dataset(d["dataset"])
-    _validate_num_prompts(d)
-    t = d.get("traces") or {}
-    _positive_ints(
-        t, (("response_tokens", 0), ("batch_size", 1), ("shard_size", 1), ("parts", 1), ("part", 0)), "traces."
-    )
-    if t["part"] >= t["parts"]:
-        raise _bad("traces.part", t["part"], f"must be < traces.parts={t['parts']}")
-
-
-def validate_training(d: Mapping) -> None:
-    _validate_model(d["model"])
-    t = d.get("training") or {}
-    _validate_datasets(
-        t.get("datasets"), "training.datasets", "a non-empty list of datasets whose traces to learn from"
-    )
-    if (t.get("epochs") is None) == (t.get("steps") is None):
-        raise _bad("training.epochs", t.get("epochs"), "set exactly one of training.epochs and training.steps")
-    e = t.get("epochs")
-    if e is not None and (isinstance(e, bool) or not isinstance(e, int | float) or e <= 0):
-        raise _bad("training.epochs", e, "must be a number > 0")
-    if t.get("steps") is not None:
-        _positive_ints(t, (("steps", 1),), "training.")
-    _positive_ints(t, (("batch_size", 1), ("window", 2)), "training.")
-    lr = t.get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
-        raise _bad("training.lr", lr, "must be a number > 0")
-    for name, level in (t.get("levels") or {}).items():
-        if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
-            raise _bad(f"training.levels.{name}", level, "an accuracy in (0, 1)")
-    if not (d["model"].get("predictor") or {}).get("backbone"):
-        raise _bad("model.predictor.backbone", None, "an HF id / directory of a base decoder, or a config mapping")
+        validate_dataset({"name": name}, key)
 
 
 def model_family(model: Mapping) -> str | None:
@@ -308,22 +226,22 @@ def validate_parallel(d: Mapping) -> None:
     model = d["model"]
     mode = model.get("parallel") or "device_map"
     if mode not in PARALLEL:
-        raise _bad("model.parallel", mode, f"allowed: {', '.join(PARALLEL)}")
+        raise bad("model.parallel", mode, f"allowed: {', '.join(PARALLEL)}")
     for where, value in (("ranks", d.get("ranks")), ("model.ranks", model.get("ranks"))):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise _bad(where, value, "must be an integer >= 1 (or null)")
+            raise bad(where, value, "must be an integer >= 1 (or null)")
     t = d.get("dist_timeout_s", 600)
     if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
-        raise _bad("dist_timeout_s", t, "must be a number of seconds > 0")
+        raise bad("dist_timeout_s", t, "must be a number of seconds > 0")
     ranks = d.get("ranks") or model.get("ranks") or 1
     if mode == "device_map":
         if ranks > 1:
-            raise _bad("ranks", ranks, "model.parallel=device_map runs one process; use model.parallel=tp or ep")
+            raise bad("ranks", ranks, "model.parallel=device_map runs one process; use model.parallel=tp or ep")
         return
     if ranks < 2:
-        raise _bad("ranks", ranks, f"model.parallel={mode} shards the target over ranks: set ranks >= 2")
+        raise bad("ranks", ranks, f"model.parallel={mode} shards the target over ranks: set ranks >= 2")
     if model.get("device_map"):
-        raise _bad(
+        raise bad(
             "model.device_map",
             model.get("device_map"),
             f"model.parallel={mode} places the shards itself: set model.device_map=null",
@@ -332,10 +250,10 @@ def validate_parallel(d: Mapping) -> None:
     facts = sources.facts(model)
     problem = layout_problem(family, mode, ranks, SimpleNamespace(**facts) if facts else None) if family else None
     if problem:
-        raise _bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
+        raise bad("model.parallel", mode, f"model={model.get('name')} ({family}): {problem}")
     problem = rank_layout_problem(ranks, d.get("_gpus_per_node"))
     if problem:
-        raise _bad("ranks", ranks, problem)
+        raise bad("ranks", ranks, problem)
 
 
 def _validate_budget(d: Mapping) -> None:
@@ -343,21 +261,21 @@ def _validate_budget(d: Mapping) -> None:
     budget, method = d.get("expert_budget"), d["method"]
     if method.get("budgeted"):
         if budget is None:
-            raise _bad(
+            raise bad(
                 "expert_budget",
                 None,
                 f"method={method['name']} caps the experts of every verify pass: set "
                 "expert_budget=<experts per MoE layer> (e.g. 8)",
             )
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise _bad("expert_budget", budget, "must be an integer >= the model's top-k")
+            raise bad("expert_budget", budget, "must be an integer >= the model's top-k")
         top_k = (sources.facts(d["model"]) or {}).get("num_experts_per_tok")
         if top_k and budget < top_k:
-            raise _bad("expert_budget", budget, f"must be >= the model's top-k ({top_k}): a token needs k experts")
+            raise bad("expert_budget", budget, f"must be >= the model's top-k ({top_k}): a token needs k experts")
     elif budget is not None:
-        raise _bad("expert_budget", budget, "only method=moespec|ecospec_moespec take a budget (lossy methods)")
+        raise bad("expert_budget", budget, "only method=moespec|ecospec_moespec take a budget (lossy methods)")
     if d.get("budget_policy", "truncate") not in ("truncate", "substitute"):
-        raise _bad("budget_policy", d.get("budget_policy"), "allowed: truncate, substitute")
+        raise bad("budget_policy", d.get("budget_policy"), "allowed: truncate, substitute")
 
 
 AR_PEERS = ("hf_generate", "none")  # ar_peer: the other AR a batch-1 cell times beside ours (experiment.hf_peer)
@@ -368,7 +286,7 @@ def _validate_engine(d: Mapping) -> None:
     engine itself asks): one line for what it does not run yet."""
     engine = d.get("engine") or "eager"
     if engine not in ENGINES:
-        raise _bad("engine", engine, f"allowed: {', '.join(ENGINES)}")
+        raise bad("engine", engine, f"allowed: {', '.join(ENGINES)}")
     if engine == "eager":
         return
     model = d.get("model") or {}
@@ -381,7 +299,7 @@ def _validate_engine(d: Mapping) -> None:
         backend=(d.get("backend") or {}).get("name", "hf"),
     )
     if problem:
-        raise _bad("engine", engine, problem)
+        raise bad("engine", engine, problem)
 
 
 def _validate_backend(d: dict, kind: str | None) -> bool:
@@ -389,23 +307,23 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
     b = d.get("backend") or {"name": "hf"}
     name = b.get("name", "hf")
     if name not in BACKENDS:
-        raise _bad("backend", name, f"allowed: {', '.join(BACKENDS)}")
+        raise bad("backend", name, f"allowed: {', '.join(BACKENDS)}")
     method = d["method"]
     if name == "hf":
         if kind in MODEL_FREE:
-            raise _bad("method", method["name"], f"{kind} drafting runs on backend=vllm only (the HF engine has none)")
+            raise bad("method", method["name"], f"{kind} drafting runs on backend=vllm only (the HF engine has none)")
         return False
     if method["name"] not in VLLM_METHODS:
-        raise _bad(
+        raise bad(
             "method",
             method["name"],
             f"vLLM cannot run it (cost-aware tree selection, the oracle, GTO and "
             f"budgets are the HF engine's: backend=hf); on backend=vllm: {', '.join(VLLM_METHODS)}",
         )
     if d.get("expert_budget") is not None:
-        raise _bad("expert_budget", d["expert_budget"], "vLLM has no expert budget (MoE-Spec runs on backend=hf)")
+        raise bad("expert_budget", d["expert_budget"], "vLLM has no expert budget (MoE-Spec runs on backend=hf)")
     if d.get("trace_steps"):
-        raise _bad("trace_steps", d["trace_steps"], "vLLM records no verify-pass traces (backend=hf)")
+        raise bad("trace_steps", d["trace_steps"], "vLLM records no verify-pass traces (backend=hf)")
     drafters = d["model"].get("drafters") or {}
     if kind not in (None, *MODEL_FREE) and kind not in drafters:
         raise ConfigError(
@@ -414,23 +332,23 @@ def _validate_backend(d: dict, kind: str | None) -> bool:
         )
     spec = drafters.get(kind) or {}
     if spec.get("path") in SYNTHETIC_PATHS:
-        raise _bad(f"model.drafters.{kind}.path", spec["path"], "vLLM loads a drafter checkpoint (a path or HF id)")
+        raise bad(f"model.drafters.{kind}.path", spec["path"], "vLLM loads a drafter checkpoint (a path or HF id)")
     if _source(d["model"]).checkpoint is None:
-        raise _bad(
+        raise bad(
             "model",
             d["model"]["name"],
             f"a {d['model']['source']} model has no checkpoint for vLLM to load: use model=tiny or a real model",
         )
     if b.get("routed_experts") and d.get("device") == "cpu":
-        raise _bad("backend.routed_experts", True, ROUTED_ON_CPU)
+        raise bad("backend.routed_experts", True, ROUTED_ON_CPU)
     for key in ("max_model_len", "rounds", "warmups"):
         v = b.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "warmups" else 1):
-            raise _bad(f"backend.{key}", v, "must be a positive integer")
+            raise bad(f"backend.{key}", v, "must be a positive integer")
     for key in ("tp", "requests", "requests_per_seq", "cpu_kv_cache_mib"):
         v = b.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise _bad(f"backend.{key}", v, "must be null or a positive integer")
+            raise bad(f"backend.{key}", v, "must be null or a positive integer")
     return True
 
 
@@ -480,37 +398,37 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     `check_predictor`: a learned predictor must exist now (False when a job submitted before it makes it)."""
     d = as_dict(cfg) if isinstance(cfg, DictConfig) else cfg  # a Job's config is plain already
     validate_parallel(d)
-    _positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
+    positive_ints(d, (("gamma", 2), ("depth", 1), ("topk", 1), ("batch_size", 1), ("max_new_tokens", 1)))
     if d.get("batch_buffer", "sequence") not in BATCH_BUFFERS:
-        raise _bad("batch_buffer", d.get("batch_buffer"), f"allowed: {', '.join(BATCH_BUFFERS)}")
+        raise bad("batch_buffer", d.get("batch_buffer"), f"allowed: {', '.join(BATCH_BUFFERS)}")
     t = d.get("temperature")
     if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
-        raise _bad("temperature", t, "must be a number >= 0 (0 = greedy)")
+        raise bad("temperature", t, "must be a number >= 0 (0 = greedy)")
     p = d.get("top_p")
     if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
-        raise _bad("top_p", p, "must be in (0, 1]")
-    _validate_num_prompts(d)
+        raise bad("top_p", p, "must be in (0, 1]")
+    validate_num_prompts(d)
     if d.get("ar_baseline", "auto") not in ("auto", "interleaved", "cached"):
-        raise _bad("ar_baseline", d.get("ar_baseline"), "allowed: auto, interleaved, cached")
+        raise bad("ar_baseline", d.get("ar_baseline"), "allowed: auto, interleaved, cached")
     if d.get("ar_peer", "hf_generate") not in AR_PEERS:
-        raise _bad("ar_peer", d.get("ar_peer"), f"allowed: {', '.join(AR_PEERS)}")
+        raise bad("ar_peer", d.get("ar_peer"), f"allowed: {', '.join(AR_PEERS)}")
     if d.get("clock", "auto") not in CLOCKS:
-        raise _bad("clock", d.get("clock"), f"allowed: {', '.join(CLOCKS)}")
+        raise bad("clock", d.get("clock"), f"allowed: {', '.join(CLOCKS)}")
     if d.get("split", "heldout") not in SPLITS:
-        raise _bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
+        raise bad("split", d.get("split"), f"allowed: {', '.join(SPLITS)}")
     ts = d.get("trace_steps")
     if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-        raise _bad("trace_steps", ts, "must be an integer >= 0 (verify passes whose routes the record keeps)")
+        raise bad("trace_steps", ts, "must be an integer >= 0 (verify passes whose routes the record keeps)")
     if not isinstance(d.get("seed"), int):
-        raise _bad("seed", d.get("seed"), "must be an integer")
+        raise bad("seed", d.get("seed"), "must be an integer")
     _validate_budget(d)
     _validate_engine(d)
 
     model, method, dataset = d["model"], d["method"], d["dataset"]
-    _validate_model(model)
-    _validate_dataset(dataset)
+    validate_model(model)
+    validate_dataset(dataset)
     if method.get("selector") not in method_names():
-        raise _bad("method.selector", method.get("selector"), f"allowed: {', '.join(method_names())}")
+        raise bad("method.selector", method.get("selector"), f"allowed: {', '.join(method_names())}")
 
     kind = drafter_of(method, model)
     drafters = model.get("drafters") or {}
@@ -520,9 +438,9 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
         return  # a vLLM cell: the rest is the HF engine's
     if kind is None:
         if method["name"] != AR:
-            raise _bad("method.drafter", None, "only method=ar decodes without a drafter")
+            raise bad("method.drafter", None, "only method=ar decodes without a drafter")
     elif kind not in drafter_names():
-        raise _bad("method.drafter", method.get("drafter"), f"allowed: default, {', '.join(drafter_names())}")
+        raise bad("method.drafter", method.get("drafter"), f"allowed: default, {', '.join(drafter_names())}")
     elif kind not in drafters:
         have = ", ".join(drafters) or "nothing"
         raise ConfigError(
@@ -533,7 +451,7 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
     if temp is not None and not (temp == "calibrated" and sources.builtin(model)):
         temps = temp if isinstance(temp, list | tuple) and temp else [temp]  # one per draft depth, or one for all
         if any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in temps):
-            raise _bad(
+            raise bad(
                 f"model.drafters.{kind}.temperature",
                 temp,
                 "null (1.0), a number > 0, or calibrated (the tiny build's fitted draft temperature; model=tiny only)",
@@ -544,14 +462,14 @@ def validate(cfg: DictConfig | Mapping, check_predictor: bool = True) -> None:
         raise ConfigError(f"model.drafters.{kind}.path=None: method={method['name']} needs {problem}")
     pred = method.get("predictor")
     if pred not in (None, *PREDICTORS):
-        raise _bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
+        raise bad("method.predictor", pred, f"allowed: null, {', '.join(PREDICTORS)}")
     needs = method_spec(method["selector"]).predictor
     if needs is not None and pred != needs:
-        raise _bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")
+        raise bad("method.predictor", pred, f"selector {method['selector']} needs predictor={needs}")
     if pred == "learned":
         path = predictor_path(model)
         if sources.builtin(model):
             if path not in TINY_CHECKPOINTS:
-                raise _bad("model.predictor.checkpoint", path, f"the tiny build has {', '.join(TINY_CHECKPOINTS)}")
+                raise bad("model.predictor.checkpoint", path, f"the tiny build has {', '.join(TINY_CHECKPOINTS)}")
         elif not path and check_predictor:
             raise _missing_predictor(model, method["name"])

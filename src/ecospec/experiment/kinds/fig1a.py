@@ -1,7 +1,10 @@
 """fig1a: the verify-latency benchmark (`ecospec.bench.verify_latency`), the EcoSpec paper's Figure 1(a)."""
 
+from collections.abc import Mapping
+
 from ecospec.bench import SETTINGS as FIG1A_KEYS
-from ecospec.experiment.config import validate_fig1a
+from ecospec.bench import settings_problem
+from ecospec.experiment.config import ConfigError, validate_model
 from ecospec.experiment.kinds import JobKind, register
 
 
@@ -15,6 +18,14 @@ def line(record: dict) -> str:
     s = record["summary"]
     impls = ", ".join(s["impls"])
     return f"{s['points']} verify-latency points ({impls}) -> {s['out']}"
+
+
+def validate_fig1a(d: Mapping) -> None:
+    """The verify-latency benchmark's target and its settings (`ecospec.bench.settings_problem`)."""
+    validate_model(d["model"])
+    problem = settings_problem(d.get("fig1a") or {})
+    if problem:
+        raise ConfigError(f"fig1a.{problem}")
 
 
 KIND = register(
