@@ -130,10 +130,14 @@ def test_one_sequence_keeps_its_prefill_time():
 
 
 def test_the_compiled_engine_is_held_to_vllm_cpu_at_batch_8():
-    from ecospec.report.batch_methods_page import _against_vllm
+    import pandas as pd
 
+    from ecospec.report.batch_methods_page import _against_vllm
+    from ecospec.report.lineup import lineup
+
+    entries = lineup(pd.DataFrame({"method": ["eagle3_chain"], "selector": ["chain"], "drafter": ["eagle3"]}))
     facts = {
-        ("compiled", 0.0): {"tpot": {"ar": {8: 3.0}, "eagle3_chain": {8: 5.0}}},
+        ("compiled", 0.0): {"tpot": {"ar": {8: 3.0}, "eagle3_chain": {8: 5.0}}, "entries": entries},
         ("vllm", 0.0): {"tpot": {"ar": {8: 13.7}, "eagle3_chain": {8: 4.0}}},
     }
     (line,) = _against_vllm(facts)

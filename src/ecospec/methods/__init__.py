@@ -19,9 +19,10 @@ from ecospec.methods._candidates import Candidates
 from ecospec.methods._session import Session
 from ecospec.registry import Registry
 
-__all__ = ["AR", "Candidates", "MethodSpec", "Session", "method", "methods", "names", "register"]
+__all__ = ["AR", "CHAIN", "TREE", "Candidates", "MethodSpec", "Session", "method", "methods", "names", "register"]
 
 AR = "ar"  # conf/method/ar.yaml: the method without a drafter, the baseline every cell times
+TREE, CHAIN = "tree", "chain"  # what a method verifies: a draft tree's chosen nodes, or one drafted path
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class MethodSpec:
     session: Callable | None = None  # (spec, gamma, depth, topk, cost) -> a Session; None: the default one
     # (cost, trees, budget) -> each sequence's chosen nodes: one decision for the whole batch (`choose_rows`)
     batch_rule: Callable | None = None
+    adaptive: bool = False  # decides each step whether and how much to draft (the pages hold it to AR's floor)
+    drafts: str = TREE  # TREE or CHAIN; a method named by its drafter prints as "<drafter> <drafts>" ("EAGLE-3 tree")
+    rivals: tuple[str, ...] = ()  # the methods the pages check it is not slower than (the better of them)
 
     def open(self, gamma: int, depth: int, topk: int, cost=None):
         """The method's state for one prompt (`session` or the default `Session`)."""

@@ -88,6 +88,7 @@ SPEC = register(
         predictor=None,
         buffered=False,
         rule=by_probability,
+        adaptive=True,
         order=36,
         cost_model=True,
         batch_rule=global_top_k,

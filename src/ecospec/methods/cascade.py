@@ -99,6 +99,7 @@ SPEC = register(
         predictor=None,
         buffered=False,
         rule=by_probability,
+        adaptive=True,
         order=33,
         cost_model=True,
         session=CascadeSession,

@@ -2,7 +2,7 @@
 speculative decoding as vLLM, SGLang and MLPerf's GPT-OSS-120B interactive scenario deploy it (not the top-1 path
 picked from the usual tree: the head drafts only the chain)."""
 
-from ecospec.methods import MethodSpec, Session, register
+from ecospec.methods import CHAIN, MethodSpec, Session, register
 from ecospec.methods._greedy import by_probability
 
 
@@ -25,6 +25,7 @@ SPEC = register(
         buffered=False,
         rule=by_probability,
         session=ChainSession,
+        drafts=CHAIN,
         order=15,
     )
 )

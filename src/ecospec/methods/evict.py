@@ -33,6 +33,7 @@ SPEC = register(
         predictor=None,
         buffered=False,
         rule=by_probability,
+        adaptive=True,
         order=32,
         cost_model=True,
         session=EvictSession,

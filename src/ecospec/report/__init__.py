@@ -109,9 +109,9 @@ def _write(recs: Records, costs: dict, sources: list[str], out: Path, since, sta
     pages = []
     if (ok & (recs.frame["engine"] == "compiled")).any():  # experiment=engines
         pages.append(engines_page.page(engines_page.from_frame(recs.frame)))
-    if moe_methods_page.cells(recs.frame)["method"].isin(moe_methods_page.ADAPTIVE).any():  # experiment=moe_methods
+    if moe_methods_page.ran(recs.frame):  # experiment=moe_methods
         pages.append(moe_methods_page.page(moe_methods_page.from_frame(recs.frame)))
-    if (ok & (recs.frame["method"] == "adaptive_verify")).any():  # experiment=batch_methods
+    if batch_methods_page.ran(recs.frame):  # experiment=batch_methods
         built, batch_figures = batch_methods_page.page(batch_methods_page.from_frame(recs.frame))
         pages.append(built)
         written += batch_methods_page.write_figures(batch_figures, out / FIGURES)

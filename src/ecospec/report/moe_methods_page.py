@@ -16,42 +16,40 @@ from __future__ import annotations
 import pandas as pd
 
 from ecospec.analysis.profiles import ProfileMissing, load_profile
+from ecospec.methods import TREE
 from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
+from ecospec.report.lineup import adaptive, baseline, lineup
+from ecospec.report.lineup import chain as chain_of
 from ecospec.report.records import mean_positions
 from ecospec.report.write import Page
 
 NAME = "moe_methods"
 TITLE = "The MoE methods side by side"
-METHODS = ("eagle3", "eagle3_chain", "ecospec", "evict", "cascade", "ecospec_adaptive")
-LABELS = {
-    "eagle3": "EAGLE-3 tree",
-    "eagle3_chain": "EAGLE-3 chain",
-    "ecospec": "EcoSpec",
-    "evict": "EVICT",
-    "cascade": "Cascade",
-    "ecospec_adaptive": "EcoSpec-Adaptive",
-}
-ADAPTIVE = ("evict", "cascade", "ecospec_adaptive")
-STATIC = ("eagle3", "ecospec")
 FLOOR = 0.95  # the adaptive methods' goal against AR on every benchmark
 
 
 def cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ok records of METHODS on our engine in experiments that ran one sequence at a time."""
+    """The ok records of our engine in experiments that ran one sequence at a time."""
     batched = set(frame.loc[frame["batch_size"].fillna(1) > 1, "experiment"])
-    f = frame[(frame["status"] == "ok") & frame["method"].isin(METHODS) & (frame["backend"] != "vllm")]
+    f = frame[(frame["status"] == "ok") & (frame["backend"] != "vllm")]
     return f[~f["experiment"].isin(batched)]
 
 
-def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest ok record of each (engine, temperature, method, benchmark) of METHODS in `frame`, from the newest
-    experiment that ran a cost-model method at batch size 1 alone (`make tables` reads every experiment; the table
-    compares one run; `experiment=batch_methods` has its own page)."""
+def ran(frame: pd.DataFrame) -> bool:
+    """Whether `frame` holds an experiment this page shows: an adaptive method at batch size 1."""
     f = cells(frame)
-    adaptive = f[f["method"].isin(ADAPTIVE)].sort_values("finished")
-    if adaptive.empty:
+    return bool(adaptive(f).any())
+
+
+def from_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The newest ok record of each (engine, temperature, method, benchmark) in `frame` of the newest experiment
+    that ran an adaptive method (`MethodSpec.adaptive`) at batch size 1 alone (`make tables` reads every
+    experiment; the table compares one run; `experiment=batch_methods` has its own page)."""
+    f = cells(frame)
+    runs = f[adaptive(f)].sort_values("finished")
+    if runs.empty:
         raise ValueError("no ok records of the moe_methods methods (run python run.py -m experiment=moe_methods)")
-    f = f[f["experiment"] == adaptive["experiment"].iloc[-1]]
+    f = f[f["experiment"] == runs["experiment"].iloc[-1]]
     f = f.sort_values("finished").drop_duplicates(["engine", "temperature", "method", "dataset"], keep="last")
     return f.reset_index(drop=True)
 
@@ -71,11 +69,13 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[pd.D
     per = sub.groupby("method")["dataset"].apply(set)
     common = sorted(set.intersection(*per.tolist())) if len(per) else []
     by = {m: g.set_index("dataset").loc[common] for m, g in sub[sub["dataset"].isin(common)].groupby("method")}
+    entries = lineup(df)
+    first = baseline(entries)
     head = [
         "Method",
         "Speedup",
         *common,
-        "vs EAGLE-3 tree",
+        f"vs {entries[first].label}" if first else "vs the baseline",
         "α",
         "E",
         "acceptance by position",
@@ -85,9 +85,9 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[pd.D
         "token-exact",
     ]
     rows = []
-    facts: dict = {"common": common, "speedup": {}, "bench": {}, "vs": {}, "exact": {}, "cells": by}
-    base = by.get("eagle3")
-    for m in METHODS:
+    facts: dict = {"common": common, "speedup": {}, "bench": {}, "vs": {}, "exact": {}, "cells": by, "entries": entries}
+    base = by.get(first)
+    for m in entries:
         g = by.get(m)
         if g is None:
             continue
@@ -97,7 +97,7 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[pd.D
         facts["bench"][m] = {d: (float(r.speedup), cell_interval(r)) for d, r in g.iterrows()}
         facts["exact"][m] = bool((g["matches_ar"].fillna(-1) == 1).all()) if temperature == 0 else None
         vs = ""
-        if base is not None and m != "eagle3":
+        if base is not None and m != first:
             r = ratio_interval([(g.loc[d], base.loc[d]) for d in common], "speedup")
             facts["vs"][m] = r
             vs = change(r["estimate"], r["low"], r["high"]) if r else change(g.speedup.mean() / base.speedup.mean())
@@ -105,7 +105,7 @@ def group_table(df: pd.DataFrame, engine: str, temperature: float) -> tuple[pd.D
         bench = [f"{r.speedup:.2f}×{bracket(cell_interval(r))}" for _, r in g.iterrows()]
         rows.append(
             [
-                LABELS[m],
+                entries[m].label,
                 f"{g.speedup.mean():.2f}×{bracket(iv)}",
                 *bench,
                 vs,
@@ -173,48 +173,50 @@ def _profiles(df: pd.DataFrame) -> dict:
 def goals(facts: dict) -> list[str]:
     """The issue's goals, each with what the run measured."""
     out = []
-    exact = [f"{e} {LABELS[m]}" for (e, t), f in facts.items() for m, ok in f["exact"].items() if ok is False]
+    label = {m: e.label for f in facts.values() for m, e in f["entries"].items()}
+    kinds = {m: e for f in facts.values() for m, e in f["entries"].items()}
+    adapting = [m for m, e in kinds.items() if e.adaptive]
+    static = [m for m, e in kinds.items() if not e.adaptive and e.spec.drafts == TREE]
+    exact = [f"{e} {label[m]}" for (e, t), f in facts.items() for m, ok in f["exact"].items() if ok is False]
     n_exact = sum(ok is True for f in facts.values() for ok in f["exact"].values())
     out.append(
         f"- Every method token-exact against AR at T = 0 on every prompt: {'yes' if not exact else 'NO'} "
         f"({n_exact} method-engine groups checked" + (f"; not exact: {', '.join(exact)}" if exact else "") + ")."
     )
     for (engine, t), f in sorted(facts.items()):
-        low = [
-            f"{LABELS[m]} {d} {s:.2f}×" for m in ADAPTIVE for d, (s, _) in f["bench"].get(m, {}).items() if s < FLOOR
-        ]
+        low = [f"{label[m]} {d} {s:.2f}×" for m in adapting for d, (s, _) in f["bench"].get(m, {}).items() if s < FLOOR]
         out.append(
-            f"- {engine}, T = {t:g}: EVICT, Cascade, EcoSpec-Adaptive ≥ {FLOOR:.2f}× AR on every benchmark: "
+            f"- {engine}, T = {t:g}: {', '.join(label[m] for m in adapting)} ≥ {FLOOR:.2f}× AR on every benchmark: "
             + ("yes" if not low else "no: " + ", ".join(low))
             + "."
         )
     f = facts.get(("eager", 0.0))
     if f:
-        best = max((m for m in STATIC if m in f["speedup"]), key=lambda m: f["speedup"][m][0], default=None)
-        for m in ADAPTIVE:
+        best = max((m for m in static if m in f["speedup"]), key=lambda m: f["speedup"][m][0], default=None)
+        for m in adapting:
             if m in f["speedup"] and best:
                 out.append(
-                    f"- eager, T = 0: {LABELS[m]} not slower than the best static method "
-                    f"({LABELS[best]}): {_not_slower(f, m, best)}."
+                    f"- eager, T = 0: {label[m]} not slower than the best static method "
+                    f"({label[best]}): {_not_slower(f, m, best)}."
                 )
     f = facts.get(("compiled", 0.0))
     if f:
         above = [m for m, (s, iv) in f["speedup"].items() if iv and iv[0] > 1.0]
         out.append(
             "- compiled, T = 0: a method above 1.00× AR with its interval above 1: "
-            + (", ".join(LABELS[m] for m in above) if above else "none (see the profile's upper bound)")
+            + (", ".join(label[m] for m in above) if above else "none (see the profile's upper bound)")
             + "."
         )
     for (engine, t), f in sorted(facts.items()):
-        if "ecospec_adaptive" not in f["speedup"]:
-            continue
-        rivals = [m for m in ("ecospec", "evict") if m in f["speedup"]]
-        best = max(rivals, key=lambda m: f["speedup"][m][0], default=None)
-        if best:
-            out.append(
-                f"- {engine}, T = {t:g}: EcoSpec-Adaptive not slower than the better of EcoSpec and EVICT "
-                f"({LABELS[best]}): {_not_slower(f, 'ecospec_adaptive', best)}."
-            )
+        for m, e in f["entries"].items():
+            named = [r for r in e.spec.rivals if any(x.spec.name == r for x in f["entries"].values())]
+            rivals = [n for r in named for n, x in f["entries"].items() if x.spec.name == r and n in f["speedup"]]
+            best = max(rivals, key=lambda n: f["speedup"][n][0], default=None)
+            if m in f["speedup"] and best:
+                out.append(
+                    f"- {engine}, T = {t:g}: {label[m]} not slower than the better of "
+                    f"{' and '.join(label[n] for n in rivals)} ({label[best]}): {_not_slower(f, m, best)}."
+                )
     return out
 
 
@@ -246,10 +248,10 @@ def page(df: pd.DataFrame, gamma: int = 6) -> Page:
             blocks += _profile_lines(prof, digest, used)
             f0 = facts.get((engine, 0.0))
             if f0:
-                bound, shape = upper_bound(
-                    prof, f0["positions"].get("eagle3_chain", []), f0["positions"].get("eagle3", []), gamma
-                )
-                chain = f0["positions"].get("eagle3_chain", [])
+                positions = f0["positions"]
+                tree = positions.get(baseline(f0["entries"]), [])
+                chain = positions.get(chain_of(f0["entries"]), [])
+                bound, shape = upper_bound(prof, chain, tree, gamma)
                 lines = [
                     f"Upper bound at T = 0 (the profile at the measured acceptance): "
                     f"{max(bound, 1.0):.2f}× AR; the best speculative step: {bound:.2f}× ({shape}).",
