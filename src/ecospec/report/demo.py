@@ -20,6 +20,7 @@ from ecospec.analysis.latency import modeled_step
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import model_cost
 from ecospec.experiment.records import RESULT
+from ecospec.methods import AR
 from ecospec.report.compare import change, ratio_interval
 from ecospec.report.figures import FigureInfo
 from ecospec.report.frame import prepare
@@ -98,7 +99,7 @@ def ar_row(cell: pd.Series, summary: dict, gpu: str) -> Row:
     experts = float(cell.ar_experts_per_layer)
     return Row(
         label="AR",
-        role="ar",
+        role=AR,
         alpha=1.0,
         E=experts,
         speedup=summary["ar_ecospec_tokens_per_s"] / summary["ar_tokens_per_s"],

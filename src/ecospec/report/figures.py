@@ -28,7 +28,7 @@ from ecospec.analysis.latency import fit_line
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import FORMATS, model_cost
 from ecospec.experiment.heatmap import expert_load_figure
-from ecospec.methods import methods
+from ecospec.methods import AR, methods
 
 DPI = 150
 PAPER_MODELS = ("deepseek", "qwen3", "gptoss")  # Figure 1(c)'s three targets, always drawn
@@ -200,7 +200,7 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     used, drew_ar = [], False
     for ax, model in zip(axes, models, strict=False):
         rows = sd[sd["model"] == model]
-        ar = greedy[(greedy["model"] == model) & (greedy["method"] == "ar")]
+        ar = greedy[(greedy["model"] == model) & (greedy["method"] == AR)]
         used += [rows, ar]
         ar_e = ar_experts(ar, rows)
         drew_ar |= ar_e is not None

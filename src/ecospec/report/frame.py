@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.drafters.registry import labels as drafter_labels
-from ecospec.methods import methods
+from ecospec.methods import AR, methods
 
 MAIN = {"gamma": "model", "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1); γ: each model's
 PAPER_GAMMA = 4  # the γ the paper's rule chose for its models (App. C): a model without its own γ holds this
@@ -108,7 +108,7 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     if "split" in df.columns:
         held = set(df.loc[df["split"] == "heldout", "model"])
         df = df[(df["split"] == "heldout") | ~df["model"].isin(held)]
-    df["role"] = df["selector"].map(SELECTOR_ROLES).where(df["drafter"].notna(), "ar")
+    df["role"] = df["selector"].map(SELECTOR_ROLES).where(df["drafter"].notna(), AR)
     df = df[df["role"].notna()]
     d = pd.DataFrame(
         [(m, v.get("default_drafter"), v.get("predictor")) for m, v in defaults.items()],
@@ -138,7 +138,7 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
     drafter = df["drafter"].map(lambda k: DRAFTERS.get(k, k))
     base = df["role"] == "baseline"
     df["label"] = df["role"].map(ROLES).where(~base, drafter)
-    other = ~base & (df["role"] != "ar") & df["drafter"].notna() & (df["drafter"] != df["_default_drafter"])
+    other = ~base & (df["role"] != AR) & df["drafter"].notna() & (df["drafter"] != df["_default_drafter"])
     df.loc[other, "label"] = df["label"] + " (" + drafter + ")"
     df["paper_method"] = df["role"].where(~base, df["drafter"])
     # beyond the paper: one expert buffer for the whole batch (B > 1); its own row, no paper value beside it

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ecospec.analysis.weight_bytes import ModelCost, target_efficiency, target_efficiency_shares
+from ecospec.methods import AR
 from ecospec.report.frame import PAPER_GAMMA, at_main, model_label, newest, prepare
 from ecospec.report.overlap_paper import PAPER_LABELS, PAPER_METHODS, beside_paper, paper_model
 from ecospec.report.paper import overlap_paper_values
@@ -20,7 +21,7 @@ def te_cells(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """SD records with a same-batch-size AR step time and a verify time, at the main settings (γ = 4: the paper's
     K = 3) but any batch size, standard drafter and predictor; the newest per cell."""
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & (df["role"] != "ar")], batch_size=None, gamma=PAPER_GAMMA)  # the overlap paper's K
+    df = at_main(df[df["standard"] & (df["role"] != AR)], batch_size=None, gamma=PAPER_GAMMA)  # the overlap paper's K
     df = df[df["ar_t_step_s"].gt(0) & df["t_verify_s"].gt(0) & df["E"].notna()]
     return newest(df, ["model", "temperature", "role", "drafter", "batch_buffer", "batch_size", "dataset"])
 
@@ -31,7 +32,7 @@ def te_table(frame: pd.DataFrame, costs: Mapping[str, ModelCost], defaults=None)
     (`analysis.weight_bytes.target_efficiency` with the measured E), gap = measured − predicted; and the cells used."""
     cells = te_cells(frame, defaults)
     ar = prepare(frame, defaults)
-    ar = at_main(ar[ar["role"] == "ar"], batch_size=None, gamma=None).drop_duplicates(
+    ar = at_main(ar[ar["role"] == AR], batch_size=None, gamma=None).drop_duplicates(
         ["model", "temperature", "batch_size", "dataset"], keep="last"
     )
     ar_e = ar.set_index(["model", "temperature", "batch_size", "dataset"])["E"]
