@@ -20,28 +20,11 @@ import numpy as np
 
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
-from ecospec.experiment.config import cell_config, cell_id, cell_name
+from ecospec.experiment.config import cell_config, cell_id, cell_name, method_config
 from ecospec.experiment.records import SCHEMA
 
 MODELS = ("qwen3", "gptoss", "deepseek", "tiny")
 DATASETS = ("gsm8k", "humaneval", "aime25", "math500", "amc", "mtbench", "mmstar")
-METHODS = {  # conf/method/*.yaml
-    "ar": {"name": "ar", "drafter": None, "selector": "confidence", "predictor": None},
-    "baseline": {"name": "baseline", "drafter": "default", "selector": "confidence", "predictor": None},
-    "eagle3": {"name": "eagle3", "drafter": "eagle3", "selector": "confidence", "predictor": None},
-    "mtp": {"name": "mtp", "drafter": "mtp", "selector": "confidence", "predictor": None},
-    "ecospec": {"name": "ecospec", "drafter": "default", "selector": "ecospec", "predictor": "learned"},
-    "global_cost": {"name": "global_cost", "drafter": "default", "selector": "global_cost", "predictor": "learned"},
-    "oracle": {"name": "oracle", "drafter": "default", "selector": "oracle", "predictor": "oracle"},
-    "moespec": {"name": "moespec", "drafter": "default", "selector": "confidence", "predictor": None, "budgeted": True},
-    "ecospec_moespec": {
-        "name": "ecospec_moespec",
-        "drafter": "default",
-        "selector": "ecospec",
-        "predictor": "learned",
-        "budgeted": True,
-    },
-}
 BUDGETS = {"qwen3": (16, 32, 64), "tiny": (4, 8, 16)}  # MoE-Spec cells (expert budgets) after the paper's grid
 # model -> (baseline E, EcoSpec E, baseline α, EcoSpec α, AR s per token, baseline T_verify s, T_draft s)
 PAPERISH = {
@@ -126,7 +109,7 @@ def _config(c: dict, seed: int) -> dict:
         model["predictor"]["checkpoints"] = {k: f"predictors/{c['model']}/{k}" for k in ("final", "acc50", "acc60")}
     return {
         "model": model,
-        "method": dict(METHODS[c["method"]]),
+        "method": method_config(c["method"]),  # conf/method/<name>.yaml, as a cell's record holds it
         "dataset": {"name": c["dataset"], "source": None},
         "temperature": c.get("T", 0.0),
         "top_p": 1.0,
