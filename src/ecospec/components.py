@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from ecospec import sources
-from ecospec.sources import TinyDirs, parallel_mode
+from ecospec.parallel import mode_of
+from ecospec.sources import TinyDirs
 
 RANDOM_BACKBONE = {
     "model_type": "qwen3",
@@ -52,7 +53,7 @@ def local_path(path: str) -> Path:
 def load_target_and_tokenizer(model: Mapping, device: torch.device, dirs_of: TinyDirs):
     """The target (on `device`, spread by the model's device_map, or this rank's shard under tp / ep) and its
     tokenizer, as its source loads them (`ecospec.sources`); `dirs_of`: where a tiny target's stage folders are."""
-    return sources.of(model).load(model, device, dirs_of, parallel_mode(model))
+    return sources.of(model).load(model, device, dirs_of, mode_of(model))
 
 
 def calibrated_temperature(dirs: Mapping[str, Path]) -> float | tuple[float, ...]:
@@ -83,7 +84,7 @@ def _drafter(kind: str | None, model: Mapping, target, dirs_of: TinyDirs):
 
     spec = dict(model["drafters"][kind] or {})
     temperature = _draft_temperature(kind, model, dirs_of) if drafter_kind(kind).hidden else 1.0
-    ctx = LoadContext(kind, dict(model), spec, target, local_path, dirs_of, parallel_mode(model), temperature)
+    ctx = LoadContext(kind, dict(model), spec, target, local_path, dirs_of, mode_of(model), temperature)
     return drafter_kind(kind).load(ctx)
 
 

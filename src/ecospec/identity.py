@@ -169,8 +169,8 @@ CELL_RULES = (
 
 
 def resolved(value: Any) -> Any:
-    """A config node as plain data (resolved); anything else as it is."""
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+    """A config node (mapping or list) as plain data (resolved); anything else as it is."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def cell_config(cfg: DictConfig | Mapping) -> dict:

@@ -21,11 +21,24 @@ and layer, and its ``ep`` forward fails in transformers (`BROKEN`): GPT-OSS beyo
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 
 from ecospec.families import families
 
 PARALLEL = ("device_map", "tp", "ep")
+
+
+def mode_of(model: Mapping) -> str:
+    """A model config's `parallel` mode; unset is device_map, one process."""
+    return model.get("parallel") or PARALLEL[0]
+
+
+def job_ranks(ranks: int | None, model: Mapping) -> int:
+    """The ranks a job asks for: its `ranks`, else its model config's, else 1."""
+    return int(ranks or model.get("ranks") or 1)
+
+
 # family -> HF config class module and name (read without building a model)
 _CONFIG_CLASSES = {f.name: f.config_class for f in families()}
 # (family, mode) that transformers' plans name but that do not run (each family's record says why; measured with

@@ -21,6 +21,7 @@ from ecospec.cache import digest
 from ecospec.data import load_mix, load_prompts
 from ecospec.experiment.clock import pick_clock
 from ecospec.experiment.components import CellComponents, load_components
+from ecospec.experiment.config import MIX
 from ecospec.experiment.contenders import Decoder, HfPeer
 from ecospec.experiment.intervals import cell_intervals
 from ecospec.experiment.job import finish_record, kept, record_head, run_job
@@ -182,7 +183,7 @@ def cell_prompts(cell: Cell):
     """The cell's prompts, counted within its split (heldout: the 20 % no predictor trained on); fails fast, before
     any model loads."""
     ds, split = cell.dataset, cell.split
-    if ds.members:
+    if ds.name == MIX:
         return load_mix(
             list(ds.members),
             ds.instances,

@@ -32,7 +32,7 @@ from ecospec.identity import cell_id as cell_id  # re-exported: report.synthetic
 from ecospec.methods import AR
 from ecospec.methods import method as method_spec
 from ecospec.methods import names as method_names
-from ecospec.parallel import PARALLEL, layout_problem, rank_layout_problem
+from ecospec.parallel import PARALLEL, job_ranks, layout_problem, mode_of, rank_layout_problem
 from ecospec.store import predictor_root, stored_predictor
 from ecospec.vllm_backend.args import METHODS as VLLM_METHODS
 from ecospec.vllm_backend.args import MODEL_FREE
@@ -224,7 +224,7 @@ def validate_parallel(d: Mapping) -> None:
     rule the node would apply that the config already decides (`parallel.layout_problem`: the family's plans, KV
     heads over TP ranks, experts over EP ranks; the ranks over the Slurm launcher's GPUs per node)."""
     model = d["model"]
-    mode = model.get("parallel") or "device_map"
+    mode = mode_of(model)
     if mode not in PARALLEL:
         raise bad("model.parallel", mode, f"allowed: {', '.join(PARALLEL)}")
     for where, value in (("ranks", d.get("ranks")), ("model.ranks", model.get("ranks"))):
@@ -233,8 +233,8 @@ def validate_parallel(d: Mapping) -> None:
     t = d.get("dist_timeout_s", 600)
     if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
         raise bad("dist_timeout_s", t, "must be a number of seconds > 0")
-    ranks = d.get("ranks") or model.get("ranks") or 1
-    if mode == "device_map":
+    ranks = job_ranks(d.get("ranks"), model)
+    if mode == PARALLEL[0]:
         if ranks > 1:
             raise bad("ranks", ranks, "model.parallel=device_map runs one process; use model.parallel=tp or ep")
         return

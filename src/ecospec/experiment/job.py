@@ -32,7 +32,7 @@ from ecospec.experiment.records import (
     write_record_file,
 )
 from ecospec.identity import aside_name, record_stands, weights_tag
-from ecospec.parallel import env_rank, env_world, init_group, world
+from ecospec.parallel import env_rank, env_world, init_group, mode_of, world
 from ecospec.tiny.build import tiny_weights
 
 RUN_KEYS = (
@@ -97,7 +97,7 @@ def check_memory(d: dict, device: torch.device, ranks: int = 1) -> None:
             stacklevel=2,
         )
         return
-    mode = model.get("parallel") or "device_map"
+    mode = mode_of(model)
     if device.type == "cuda" and mode == "device_map" and model.get("device_map"):
         n = torch.cuda.device_count()
         have = sum(torch.cuda.get_device_properties(i).total_memory for i in range(n))

@@ -26,6 +26,7 @@ from typing import Any
 
 from ecospec import sources
 from ecospec.experiment.config import as_dict, missing_predictor
+from ecospec.parallel import PARALLEL, mode_of
 
 ROOT = Path(__file__).resolve().parents[3]  # where run.py is (an editable install of the repository)
 CELLS, TRACES, PREDICTOR = "cell", "traces", "predictor"
@@ -88,7 +89,7 @@ def cell_gpus(model: Mapping[str, Any], cluster: Cluster) -> int:
     the model runs in one process from its facts, what `analysis.sizing` says its weights and KV cache need."""
     if not cluster.gpus_per_node or not cluster.gpu_type or not sources.real(model):
         return cluster.gpus_per_node
-    if (model.get("parallel") or "device_map") != "device_map" or not (model.get("facts") or {}).get("hf_config"):
+    if mode_of(model) != PARALLEL[0] or not (model.get("facts") or {}).get("hf_config"):
         return cluster.gpus_per_node
     from ecospec.analysis.sizing import size_model
 

@@ -62,8 +62,9 @@ class Decoding:
 
     def generate_args(self, method: Method) -> dict:
         """generate()'s decoding arguments for `method`, with the expert budget of MoE-Spec's methods (never AR's)."""
-        out = {k: getattr(self, k) for k in ("gamma", "depth", "topk", "temperature", "top_p", "max_new_tokens")}
-        out["seed"] = self.seed
+        out = {
+            k: getattr(self, k) for k in ("gamma", "depth", "topk", "temperature", "top_p", "max_new_tokens", "seed")
+        }
         if method.budgeted:
             out.update(expert_budget=self.expert_budget, budget_policy=self.budget_policy)
         return out

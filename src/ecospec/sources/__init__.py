@@ -82,7 +82,3 @@ def dtype_of(name: str | None):
     import torch
 
     return "auto" if name in (None, "auto") else getattr(torch, name)
-
-
-def parallel_mode(model: Mapping) -> str:
-    return model.get("parallel") or "device_map"

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ecospec.identity import JOB_BLOCKS, cell_config, config_id, resolved, store_identity
+from ecospec.parallel import PARALLEL, job_ranks, mode_of
 from ecospec.registry import Registry
 
 
@@ -79,20 +80,16 @@ class Job:
     def ranks(self) -> int:
         """Processes it runs on: `ranks` (else the model config's) under model.parallel=tp|ep, else 1."""
         model = self.config.get("model") or {}
-        if not self.record.ranks or (model.get("parallel") or "device_map") == "device_map":
+        if not self.record.ranks or mode_of(model) == PARALLEL[0]:
             return 1
-        return int(self.config.get("ranks") or model.get("ranks") or 1)
+        return job_ranks(self.config.get("ranks"), model)
 
 
 def plain(cfg: DictConfig | Mapping) -> dict:
     """The config as plain resolved data, without Hydra's own `hydra` node (which only resolves inside a run)."""
     if not isinstance(cfg, DictConfig):
         return {k: v for k, v in dict(cfg).items() if k != "hydra"}
-    return {
-        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-        for k in cfg
-        if k != "hydra"
-    }
+    return {k: resolved(cfg[k]) for k in cfg if k != "hydra"}
 
 
 def job(cfg: Job | DictConfig | Mapping) -> Job:
