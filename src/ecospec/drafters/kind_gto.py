@@ -48,6 +48,7 @@ KIND = register(
         weights="head",
         shape_of=BASE,
         missing=missing,
+        standard=False,
         order=40,
     )
 )

@@ -53,6 +53,7 @@ class DrafterKind:
     # (model config) -> one line when the checkpoint it loads without a `path` is not made yet (what it needs and the
     # command that makes it); None: nothing to make
     missing: Callable[[dict], str | None] | None = None
+    standard: bool = True  # False: a head trained for one table (GTO's), never a model's standard drafter
     order: int = 50
 
     @property

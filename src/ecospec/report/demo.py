@@ -24,11 +24,13 @@ from ecospec.methods import AR
 from ecospec.report.compare import change, ratio_interval
 from ecospec.report.figures import FigureInfo
 from ecospec.report.frame import prepare
+from ecospec.report.lineup import sweep
 from ecospec.report.records import load_records, read_one
 from ecospec.report.roofline import row_parts
 from ecospec.report.write import Table, to_markdown, write_table
 
 NAME = "demo"
+OURS, BASE = sweep(NAME).pairs[0]  # the roles the demo reads against each other (conf/experiment/demo.yaml)
 FIGURE = "demo.png"
 FILE_NAME = re.compile(r"demo\.png")  # its figure in a report's figures folder (report.outputs)
 AR_UNITS = [2, 3, 2, 3, 4, 5]  # AR against the faster AR: a unit's speedup columns with AR's in the method's place
@@ -135,8 +137,8 @@ def build(cell_dir: Path, gpu: str, records: pd.DataFrame | None = None) -> Demo
     rows = [ar_row(cell, main["summary"], gpu), *(method_row(c, gpu) for _, c in frame.iterrows())]
     by_role = {c.role: c for _, c in frame.iterrows()}
     pair = None
-    if "ecospec" in by_role and "baseline" in by_role:
-        pair = ratio_interval([(by_role["ecospec"], by_role["baseline"])], "speedup", seed=int(cell.seed))
+    if OURS in by_role and BASE in by_role:
+        pair = ratio_interval([(by_role[OURS], by_role[BASE])], "speedup", seed=int(cell.seed))
     dataset = main["config"]["dataset"]
     return Demo(
         rows=rows,
@@ -186,9 +188,10 @@ def reading(demo: Demo) -> str:
     """One sentence that reads the table as it is: how much EcoSpec saves in experts, and how its lead over the
     baseline on this CPU splits into acceptance (α) and step time (speedup ∝ α / step time)."""
     by_role = {r.role: r for r in demo.rows}
-    if "baseline" not in by_role or "ecospec" not in by_role:
-        return "(no sentence: it reads EcoSpec against the model's own baseline, interleave=[baseline])"
-    e, c = by_role["baseline"], by_role["ecospec"]
+    if BASE not in by_role or OURS not in by_role:
+        shown = sweep(NAME).method_pairs[0][1]
+        return f"(no sentence: it reads EcoSpec against the model's own baseline, interleave=[{shown}])"
+    e, c = by_role[BASE], by_role[OURS]
     fewer = 1 - c.E / e.E
     longer = c.t_step_s / e.t_step_s - 1  # > 0: EcoSpec's steps take longer (each also runs the expert predictor)
     where = f"on this CPU ({'CPU time' if demo.clock == 'thread_cpu' else 'wall clock'}, 95 % interval)"

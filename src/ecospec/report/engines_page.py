@@ -20,11 +20,14 @@ import numpy as np
 import pandas as pd
 
 from ecospec.report.compare import bracket, cell_interval, change, mean_interval, ratio_interval
+from ecospec.report.lineup import label_of, spec_of, sweep
 from ecospec.report.records import mean_positions
 from ecospec.report.write import Page
 
 NAME = "engines"
-METHODS = {"eagle3": "EAGLE-3", "ecospec": "EcoSpec"}
+# its methods, as conf/experiment/engines.yaml runs them, in the tables' order, as the pages print them
+METHODS = {m: label_of(m) for m in sorted(sweep(NAME).methods, key=lambda m: spec_of(m).order)}
+OURS, REFERENCE = sweep(NAME).method_pairs[0]  # the row that reads one against the other
 TITLE = "EAGLE-3 and EcoSpec under the eager and the compiled engine"
 
 
@@ -99,7 +102,7 @@ def page(df: pd.DataFrame) -> Page:
                     *per_bench,
                 ]
             )
-        a, b = by.get((engine, "ecospec")), by.get((engine, "eagle3"))
+        a, b = by.get((engine, OURS)), by.get((engine, REFERENCE))
         if a is not None and b is not None:
             pairs = [(a.loc[d], b.loc[d]) for d in common]
             out = []
@@ -108,7 +111,8 @@ def page(df: pd.DataFrame) -> Page:
                 est = r["estimate"] if r else a[metric].mean() / b[metric].mean()
                 out.append(change(est, r and r["low"], r and r["high"]))
             bench = [change(a.loc[d].speedup / b.loc[d].speedup) for d in common]
-            rows.append([engine, "EcoSpec vs EAGLE-3", out[0], out[1], "", out[2], "", "", "", *bench])
+            versus = f"{METHODS[OURS]} vs {METHODS[REFERENCE]}"
+            rows.append([engine, versus, out[0], out[1], "", out[2], "", "", "", *bench])
     compile_s = df.groupby("engine")["compile_s"].apply(lambda x: [v for v in x if v is not None and not np.isnan(v)])
     blocks = [pd.DataFrame(rows, columns=head)]
     if "compiled" in compile_s and compile_s["compiled"]:

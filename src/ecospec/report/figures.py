@@ -29,10 +29,13 @@ from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import FORMATS, model_cost
 from ecospec.experiment.heatmap import expert_load_figure
 from ecospec.methods import AR, methods
+from ecospec.methods import method as selector
+from ecospec.report.frame import SELECTOR_ROLES, VARIANT_DRAFTERS
+from ecospec.report.lineup import BASELINE, sweep
 
 DPI = 150
 PAPER_MODELS = ("deepseek", "qwen3", "gptoss")  # Figure 1(c)'s three targets, always drawn
-CONFIDENCE_METHODS = ("eagle3", "baseline", "mtp")  # confidence (EAGLE-style) selection
+GAMMA_SWEEP = "table11_12"  # the experiment that sweeps γ: Figure 1(b) draws its roles (conf/experiment)
 METHOD_COLOURS = {"ar": "dimgray", "eagle3": "tab:cyan", "mtp": "tab:purple", **{m.role: m.colour for m in methods()}}
 METHOD_MARKERS = {"baseline": "o", "eagle3": "s", "mtp": "^", "ecospec": "D"}
 FILE_NAME = re.compile(
@@ -191,7 +194,13 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     line and the no-overlap ceiling min(N, γk). A model gets a panel when its SD records span at least two γ
     values; with none, the figure is skipped."""
     greedy = ok[(ok["temperature"] == 0) & (ok["batch_size"].fillna(1) == 1) & ok["E"].notna()]
-    sd = greedy[greedy["method"].isin((*CONFIDENCE_METHODS, "ecospec")) & greedy["gamma"].notna()]
+    role = greedy["selector"].map(SELECTOR_ROLES).where(greedy["drafter"].notna())
+    budget = greedy["expert_budget"] if "expert_budget" in greedy else pd.Series(np.nan, index=greedy.index)
+    plain = budget.isna() & ~greedy["drafter"].isin(VARIANT_DRAFTERS)  # lossless, with a model's own drafter
+    sd = greedy[role.isin(sweep(GAMMA_SWEEP).roles) & plain & greedy["gamma"].notna()]
+    order = {m: (selector(sel).order, m) for m, sel in sd[["method", "selector"]].drop_duplicates("method").values}
+    drawn = sorted(order, key=order.get)
+    confident = [m for m in drawn if sd.loc[sd["method"] == m, "selector"].iloc[0] == BASELINE]
     models = sorted(m for m, g in sd.groupby("model") if g["gamma"].nunique() >= 2)
     if not models:
         return None
@@ -205,14 +214,15 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
         ar_e = ar_experts(ar, rows)
         drew_ar |= ar_e is not None
         curves = rows.groupby(["method", "gamma", "dataset"])["E"].mean().groupby(["method", "gamma"]).mean()
-        for method in [m for m in (*CONFIDENCE_METHODS, "ecospec") if m in curves.index.get_level_values(0)]:
-            curve = curves.loc[method]
-            label = "EcoSpec (ecospec)" if method == "ecospec" else f"confidence ({method})"
+        for name in [m for m in drawn if m in curves.index.get_level_values(0)]:
+            curve = curves.loc[name]
+            spec = selector(rows.loc[rows["method"] == name, "selector"].iloc[0])
+            label = f"{spec.label or spec.name} ({name})"
             ax.plot(
                 curve.index.to_numpy(float),
                 curve.to_numpy(float),
-                marker=METHOD_MARKERS.get(method, "o"),
-                color=_method_colour(method),
+                marker=METHOD_MARKERS.get(name, "o"),
+                color=_method_colour(name),
                 linewidth=2,
                 label=label,
             )
@@ -235,7 +245,7 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     caption = (
         "Figure 1(b): E (mean unique routed experts per MoE layer per verify pass) against γ (tokens verified per "
         "step incl. the root), greedy (T = 0) batch-size-1 records, averaged per dataset (other settings pooled) "
-        f"and then over datasets; confidence selection ({'/'.join(CONFIDENCE_METHODS)}) vs EcoSpec"
+        f"and then over datasets; confidence selection ({'/'.join(confident)}) vs EcoSpec"
         + (AR_CAPTION if drew_ar else "")
         + ". "
         "Dotted: Top-k, the k experts one token activates; dashed: min(N, γk), γ tokens with no shared expert. "

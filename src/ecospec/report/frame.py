@@ -17,8 +17,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ecospec.drafters.registry import kinds as drafter_kinds
 from ecospec.drafters.registry import labels as drafter_labels
 from ecospec.methods import AR, methods
+from ecospec.report.lineup import BASE_ROLE, budgeted
 
 MAIN = {"gamma": "model", "depth": 3, "topk": 2, "batch_size": 1}  # the paper's defaults (§5.1); γ: each model's
 PAPER_GAMMA = 4  # the γ the paper's rule chose for its models (App. C): a model without its own γ holds this
@@ -35,6 +37,9 @@ DATASETS = {
 DRAFTERS = drafter_labels()  # the model's own drafter as the tables print it (drafters.registry)
 ROLES = {"ar": "AR", **{m.role: m.label for m in methods()}}  # in the tables' order (ecospec.methods)
 SELECTOR_ROLES = {m.name: m.role for m in methods()}
+BUFFERED_ROLES = [m.role for m in methods() if m.buffered]  # a batch may share their expert buffer
+VARIANT_DRAFTERS = [k.name for k in drafter_kinds() if not k.standard]  # never a model's standard drafter
+BUDGET = "MoE-Spec"  # the expert cap's name (engine.budget): a budgeted method's label
 LABELS = {
     "model": "Model",
     "temperature": "T",
@@ -129,25 +134,26 @@ def prepare(frame: pd.DataFrame, defaults: Mapping[str, dict] | None = None) -> 
         df["predictor_checkpoint"].astype(str) == df["_predictor"].fillna("").astype(str)
     )
     # a GTO-trained head is Table 5's own drafter, never a model's standard one (even where its path is the default)
-    df["std_drafter"] = (same_path | df["drafter"].isna()) & (df["drafter"] != "gto")
+    df["std_drafter"] = (same_path | df["drafter"].isna()) & ~df["drafter"].isin(VARIANT_DRAFTERS)
     df["std_predictor"] = same_pred
     # MoE-Spec's expert cap (lossy) makes a cell the MoE-Spec table's own, never a standard one
     budget = df["expert_budget"] if "expert_budget" in df else pd.Series(np.nan, index=df.index)
     df["budgeted"] = budget.notna()
     df["standard"] = df["std_drafter"] & df["std_predictor"] & ~df["budgeted"]
     drafter = df["drafter"].map(lambda k: DRAFTERS.get(k, k))
-    base = df["role"] == "baseline"
+    base = df["role"] == BASE_ROLE
     df["label"] = df["role"].map(ROLES).where(~base, drafter)
     other = ~base & (df["role"] != AR) & df["drafter"].notna() & (df["drafter"] != df["_default_drafter"])
     df.loc[other, "label"] = df["label"] + " (" + drafter + ")"
     df["paper_method"] = df["role"].where(~base, df["drafter"])
     # beyond the paper: one expert buffer for the whole batch (B > 1); its own row, no paper value beside it
-    shared = df["batch_buffer"].fillna("sequence").eq("batch") & df["role"].isin(["ecospec", "oracle"])
+    shared = df["batch_buffer"].fillna("sequence").eq("batch") & df["role"].isin(BUFFERED_ROLES)
     df.loc[shared, "label"] = df["label"] + " (batch buffer)"
     df.loc[shared, "paper_method"] = df["role"] + "_batch_buffer"
-    capped = df["budgeted"] & df["role"].isin(["baseline", "ecospec"])
-    df.loc[capped, "label"] = df["role"].map({"baseline": "MoE-Spec", "ecospec": "EcoSpec + MoE-Spec"})
-    df.loc[capped, "paper_method"] = df["role"].map({"baseline": "moespec", "ecospec": "ecospec_moespec"})
+    capped_as = budgeted()  # role -> the budgeted method of that role, as the paper's CSVs name it
+    capped = df["budgeted"] & df["role"].isin(list(capped_as))
+    df.loc[capped, "label"] = np.where(base[capped], BUDGET, df.loc[capped, "role"].map(ROLES) + " + " + BUDGET)
+    df.loc[capped, "paper_method"] = df["role"].map(capped_as)
     policy = df["budget_policy"] if "budget_policy" in df else pd.Series(None, index=df.index, dtype=object)
     subst = capped & policy.eq("substitute")
     df.loc[subst, "label"] = df["label"] + " (substitute)"

@@ -18,10 +18,13 @@ import pandas as pd
 
 from ecospec.analysis.bootstrap import bootstrap, speedup
 from ecospec.report.compare import units
-from ecospec.report.frame import DATASETS, at_main, clock, model_label, newest, prepare, sweeps
+from ecospec.report.frame import DATASETS, ROLES, at_main, clock, model_label, newest, prepare, sweeps
+from ecospec.report.lineup import sweep
 from ecospec.report.write import Table
 
-METHODS = ("baseline", "ecospec")  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
+PROTOCOL = "gamma_protocol"  # the experiment that runs it (conf/experiment)
+METHODS = sweep(PROTOCOL).roles  # prepare's roles: the model's own drafter with confidence selection, EcoSpec
+OURS, BASE = sweep(PROTOCOL).pairs[0]  # the method under test and the baseline it is read against
 
 
 def _units(cell: pd.Series) -> dict[str, list[float]] | None:
@@ -116,7 +119,7 @@ def choose(cells: pd.DataFrame) -> pd.DataFrame:
                 "model": model,
                 "gamma": int(gamma),
                 **means,
-                "score": (means["baseline"] + means["ecospec"]) / 2,
+                "score": sum(means.values()) / len(means),
                 "datasets": len(both),
             }
         )
@@ -137,7 +140,8 @@ def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for r in choice.itertuples():
         row = {"Model": model_label(r.model), "γ": r.gamma}
-        for role, label in (("baseline", _baseline_label(cells, r.model)), ("ecospec", "EcoSpec")):
+        for role in METHODS:
+            label = _baseline_label(cells, r.model) if role == BASE else ROLES[role]
             for d in [k for k in DATASETS if (role, k) in wide.columns] + [
                 k for k in sorted({c[1] for c in wide.columns}) if k not in DATASETS
             ]:
@@ -153,9 +157,9 @@ def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
         # EcoSpec against the baseline at this γ (means over the datasets both ran): speedup, α and E ratios
         at = cells[(cells["model"] == r.model) & (cells["gamma"] == r.gamma)]
         means = at.groupby("role")[["alpha", "E"]].mean()
-        row["EcoSpec / baseline speedup"] = r.ecospec / r.baseline
-        row["α ratio"] = means.loc["ecospec", "alpha"] / means.loc["baseline", "alpha"]
-        row["E ratio"] = means.loc["ecospec", "E"] / means.loc["baseline", "E"]
+        row[f"{ROLES[OURS]} / {BASE} speedup"] = getattr(r, OURS) / getattr(r, BASE)
+        row["α ratio"] = means.loc[OURS, "alpha"] / means.loc[BASE, "alpha"]
+        row["E ratio"] = means.loc[OURS, "E"] / means.loc[BASE, "E"]
         row["Chosen"] = " ".join(
             x for x, on in (("◀ best mean (the paper's rule)", r.chosen), ("◀ noise-aware", r.chosen_noise)) if on
         )
@@ -164,7 +168,7 @@ def _table(cells: pd.DataFrame, choice: pd.DataFrame) -> pd.DataFrame:
 
 
 def _baseline_label(cells: pd.DataFrame, model: str) -> str:
-    labels = cells.loc[(cells["model"] == model) & (cells["role"] == "baseline"), "label"].dropna()
+    labels = cells.loc[(cells["model"] == model) & (cells["role"] == BASE), "label"].dropna()
     return labels.mode().iloc[0] if len(labels) else "Baseline"
 
 
@@ -186,7 +190,7 @@ def extend_gammas(swept: list[int], chosen: Mapping[str, tuple[int, bool]], by: 
     return list(range(top + 1, min(top + by, upto) + 1))
 
 
-TABLE_NAME = "gamma_protocol"
+TABLE_NAME = PROTOCOL
 
 
 def config_gamma(model: str, held: int, best: int, choice: pd.DataFrame) -> str:

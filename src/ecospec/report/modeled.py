@@ -19,7 +19,9 @@ import pandas as pd
 from ecospec.analysis.latency import modeled_step
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import model_cost, step_parts
+from ecospec.experiment.spec import drafter_of
 from ecospec.report.frame import model_label
+from ecospec.report.lineup import conf_of, label_of, spec_of
 from ecospec.report.paper import paper_values
 from ecospec.report.roofline import MODELED_CELLS, NAME, PAPER_TABLE3, SUMMARY, TITLE, modeled_note, modeled_rows
 from ecospec.report.write import Table, write_table
@@ -37,34 +39,27 @@ def rebuild(summary: Path, out_dir: Path) -> list[Path]:
     return write_table(Table(NAME, "Modeled", TITLE, note, out, True, cells), Path(out_dir))
 
 
-PAPER_ROWS = (
-    ("qwen3", "eagle3", "eagle3", False),
-    ("qwen3", "ecospec", "eagle3", True),
-    ("gptoss", "eagle3", "eagle3", False),
-    ("gptoss", "ecospec", "eagle3", True),
-    ("deepseek", "mtp", "mtp", False),
-    ("deepseek", "ecospec", "mtp", True),
-)
-
-
 def paper_table3(gpu: str = "H100", depth: int = 3) -> pd.DataFrame:
     """The EcoSpec paper's Table 3 (its measured T_draft, T_pred, T_verify, T_step and speedup, at its α and E)
     beside the roofline model at the same α and E: the speedup with the verify pass alone, and with the whole step
     costed (each of `depth` draft passes and the predictor's pass), and the modeled T_draft and T_pred."""
     paper = paper_values(3)
     rows = []
-    for model, method, drafter, predictor in PAPER_ROWS:
-        v = paper[(paper["model"] == model) & (paper["method"] == method)].set_index("metric")["value"]
+    for model, method in paper[["model", "method"]].drop_duplicates().itertuples(index=False):
         cfg = load_model_config(model)
+        drafter = drafter_of(conf_of(method), cfg)
+        if drafter is None:
+            continue  # AR: no step to model beside it
+        v = paper[(paper["model"] == model) & (paper["method"] == method)].set_index("metric")["value"]
         cost = model_cost(cfg)
-        parts = step_parts(cfg, drafter, depth, predictor)
+        parts = step_parts(cfg, drafter, depth, spec_of(method).predictor is not None)
         alpha, experts = float(v["alpha"]), float(v["E"])
         verify_only = modeled_step(cost, alpha, experts, gpu)
         whole = modeled_step(cost, alpha, experts, gpu, parts=parts)
         rows.append(
             {
                 "Model": model_label(model),
-                "Method": {"ecospec": "EcoSpec", "mtp": "MTP"}.get(method, "EAGLE-3"),
+                "Method": label_of(method),
                 "α": alpha,
                 "E": experts,
                 "paper T_draft (s)": float(v.get("t_draft_s", float("nan"))),

@@ -13,16 +13,17 @@ from ecospec.analysis.hardware import HARDWARE, Hardware
 from ecospec.analysis.weight_bytes import ModelCost
 from ecospec.report.frame import LABELS, at_main, model_label, newest, prepare
 from ecospec.report.layout import common_benchmarks
+from ecospec.report.lineup import sweep
 from ecospec.report.roofline import gpu_step, row_parts
 
-NAME = "moespec"  # the table's file stem
+NAME = "moespec"  # the table's file stem and the experiment that runs its cells (conf/experiment)
 
 
 def cells_moespec(frame, defaults=None) -> pd.DataFrame:
     """The MoE-Spec table's cells: budgeted baseline / EcoSpec cells (method moespec / ecospec_moespec) at the main
     settings, and the unbudgeted standard baseline and EcoSpec on the same (model, T, benchmark) as references."""
     df = prepare(frame, defaults)
-    df = at_main(df[df["std_drafter"] & df["std_predictor"] & df["role"].isin(["baseline", "ecospec"])])
+    df = at_main(df[df["std_drafter"] & df["std_predictor"] & df["role"].isin(sweep(NAME).roles)])
     capped = df[df["budgeted"]]
     keys = capped[["model", "temperature", "dataset"]].drop_duplicates()
     ref = df[df["standard"]].merge(keys, on=["model", "temperature", "dataset"])

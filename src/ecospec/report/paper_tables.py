@@ -11,9 +11,22 @@ import numpy as np
 import pandas as pd
 
 from ecospec.analysis.weight_bytes import ModelCost
+from ecospec.methods import AR
 from ecospec.report.compare import with_intervals
-from ecospec.report.frame import DATASETS, DRAFTERS, MODELS, ROW_KEYS, at_main, model_label, newest, prepare, rank
+from ecospec.report.frame import (
+    DATASETS,
+    DRAFTERS,
+    MODELS,
+    ROLES,
+    ROW_KEYS,
+    at_main,
+    model_label,
+    newest,
+    prepare,
+    rank,
+)
 from ecospec.report.layout import assemble
+from ecospec.report.lineup import BASE_ROLE, sweep
 from ecospec.report.paper import paper_values
 
 SPD_ALPHA_E = ["speedup", "alpha", "E"]
@@ -38,11 +51,17 @@ def _b(values: pd.Series) -> pd.Series:
 
 BENCHMARKS = [*DATASETS.values(), "Avg"]
 PAPER_KEYS = ["model", "temperature", "paper_method"]
+MAIN_TABLE = "table1"  # the experiment whose methods are every table's standard rows (conf/experiment)
+
+
+def _roles(experiment: str) -> list[str]:
+    """The roles a table shows: those of the methods its experiment runs (`lineup.sweep`)."""
+    return list(sweep(experiment).roles)
 
 
 def cells01(frame, defaults=None) -> pd.DataFrame:
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])])
+    df = at_main(df[df["standard"] & df["role"].isin(_roles(MAIN_TABLE))])
     return newest(df, ["model", "temperature", "role", "drafter", "dataset"])
 
 
@@ -50,13 +69,13 @@ def table01_main(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 1: speedup / α / E per model × T × method (baseline, EcoSpec) × benchmark, and their average."""
     cells = cells01(frame, defaults)
     table = assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, _paper(1, _dataset_col), PAPER_KEYS)
-    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, True, (("ecospec", "baseline"),))
+    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, True, sweep(MAIN_TABLE).pairs)
 
 
 def _greedy(frame, defaults=None) -> pd.DataFrame:
     """AR, baseline and EcoSpec cells at T=0 (Tables 2-3)."""
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & df["role"].isin(["ar", "baseline", "ecospec"])], temperature=0.0)
+    df = at_main(df[df["standard"] & df["role"].isin([AR, *_roles(MAIN_TABLE)])], temperature=0.0)
     return newest(df, ["model", "role", "drafter", "dataset"])
 
 
@@ -90,33 +109,36 @@ def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     return assemble(cells, ["model", "label"], metrics, paper=_paper(3), on=["model", "paper_method"])
 
 
-def _paired(frame, defaults, role: str) -> pd.DataFrame:
-    """Standard cells of `role`, and EcoSpec's at each (model, T, benchmark) that has a `role` cell."""
+def _paired(frame, defaults, experiment: str) -> pd.DataFrame:
+    """Standard cells of the roles `experiment` runs, at each (model, T, benchmark) that has a cell of a role the
+    main table does not show (the ablation's, the oracle's)."""
+    roles = _roles(experiment)
+    extra = [r for r in roles if r not in _roles(MAIN_TABLE)]
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & df["role"].isin([role, "ecospec"])])
+    df = at_main(df[df["standard"] & df["role"].isin(roles)])
     df = newest(df, ["model", "temperature", "role", "drafter", "dataset"])
-    have = df.loc[df["role"] == role, ["model", "temperature", "dataset"]].drop_duplicates()
+    have = df.loc[df["role"].isin(extra), ["model", "temperature", "dataset"]].drop_duplicates()
     keep = pd.MultiIndex.from_frame(df[["model", "temperature", "dataset"]]).isin(pd.MultiIndex.from_frame(have))
     return df[keep]
 
 
 def cells04(frame, defaults=None) -> pd.DataFrame:
-    return _paired(frame, defaults, "global_cost")
+    return _paired(frame, defaults, "table4")
 
 
 def table04_ablation(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     """Table 4: the static global-cost variant vs EcoSpec's marginal cost: speedup / α / E per benchmark."""
     cells = cells04(frame, defaults)
     table = assemble(cells, ROW_KEYS, SPD_ALPHA_E, "Dataset", BENCHMARKS, False, _paper(4, _dataset_col), PAPER_KEYS)
-    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, False, (("ecospec", "global_cost"),))
+    return with_intervals(table, cells, ROW_KEYS, SPD_ALPHA_E, False, sweep("table4").pairs)
 
 
 def cells05(frame, defaults=None) -> pd.DataFrame:
     """Table 5's cells: the GTO-trained head (drafter `gto`), and any other non-standard drafter checkpoint, alone
     (confidence) and with EcoSpec, beside the model's own baseline and EcoSpec where those ran too."""
     df = prepare(frame, defaults)
-    other = (df["drafter"] == "gto") | ~df["std_drafter"]
-    df = at_main(df[df["std_predictor"] & ~df["budgeted"] & df["role"].isin(["baseline", "ecospec"])])
+    other = ~df["std_drafter"]
+    df = at_main(df[df["std_predictor"] & ~df["budgeted"] & df["role"].isin(_roles("table5"))])
     have = df[other.reindex(df.index, fill_value=False)]
     keys = have[["model", "temperature", "dataset"]].drop_duplicates()
     base = df[df["standard"]].merge(keys, on=["model", "temperature", "dataset"])
@@ -130,27 +152,29 @@ def table05_drafters(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     cells = cells05(frame, defaults).copy()
     drafter = cells["drafter"].map(lambda k: DRAFTERS.get(k, k))
     own = cells["standard"]
-    cells["label"] = cells["label"].where(own | (cells["role"] == "baseline"), drafter + " + EcoSpec")
-    cells["_rank"] = (~own).astype(int) * 2 + (cells["role"] == "ecospec").astype(int)
+    base = cells["role"] == BASE_ROLE
+    cells["label"] = cells["label"].where(own | base, drafter + " + " + cells["role"].map(ROLES))
+    cells["_rank"] = (~own).astype(int) * 2 + (~base).astype(int)
     cells = cells.sort_values(["_model_rank", "model", "temperature", "_rank"], kind="stable")
     rows = ["model", "temperature", "label"]
     # the paper's Table 5 methods are gto and gto_ecospec (its text states no cell of it: report/paper/README.md)
-    mine = cells["drafter"].where(cells["role"] == "baseline", cells["drafter"] + "_ecospec")
+    mine = cells["drafter"].where(base, cells["drafter"] + "_" + cells["role"])
     cells["paper_method"] = cells["paper_method"].where(own, mine)
     paper = _paper(5, _dataset_col)
     return assemble(cells, rows, ["speedup", "alpha"], "Dataset", BENCHMARKS, True, paper, PAPER_KEYS)
 
 
-def _swept(frame, defaults, axis: str) -> pd.DataFrame:
-    """Standard baseline and EcoSpec cells with `axis` free, of the (model, T) that have more than one value of it."""
+def _swept(frame, defaults, axis: str, experiment: str) -> pd.DataFrame:
+    """Standard cells of the roles `experiment` runs with `axis` free, of the (model, T) that have more than one
+    value of it."""
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])], **{axis: None})
+    df = at_main(df[df["standard"] & df["role"].isin(_roles(experiment))], **{axis: None})
     df = newest(df, ["model", "temperature", "role", "drafter", "dataset", "batch_buffer", axis])
     return df[df.groupby(["model", "temperature"])[axis].transform("nunique") > 1]
 
 
 def cells06(frame, defaults=None) -> pd.DataFrame:
-    return _swept(frame, defaults, "batch_size")
+    return _swept(frame, defaults, "batch_size", "table6_7")
 
 
 def table06_07_batch(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
@@ -168,7 +192,7 @@ def cells08(frame, defaults=None) -> pd.DataFrame:
     """Table 8's cells: per model its `mix` cells (the paper's instances drawn from the seven benchmarks) where it
     has any, else every benchmark's, at every batch size."""
     df = prepare(frame, defaults)
-    df = at_main(df[df["standard"] & df["role"].isin(["baseline", "ecospec"])], mix=True, batch_size=None)
+    df = at_main(df[df["standard"] & df["role"].isin(_roles("table8"))], mix=True, batch_size=None)
     mixed = set(df.loc[df["dataset"] == "mix", "model"])
     df = df[(df["dataset"] == "mix") | ~df["model"].isin(mixed)]
     return newest(df, ["model", "temperature", "role", "drafter", "dataset", "batch_buffer", "batch_size"])
@@ -199,7 +223,7 @@ def table08_rho(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 
 def cells09(frame, defaults=None) -> pd.DataFrame:
     df = prepare(frame, defaults)
-    df = at_main(df[df["std_drafter"] & ~df["budgeted"] & (df["role"] == "ecospec")])
+    df = at_main(df[df["std_drafter"] & ~df["budgeted"] & df["role"].isin(_roles("table9"))])
     df = newest(df, ["model", "temperature", "predictor_checkpoint", "dataset"])
     return df[df.groupby("model")["predictor_checkpoint"].transform("nunique") > 1]
 
@@ -217,7 +241,7 @@ def table09_predictor(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 
 
 def cells10(frame, defaults=None) -> pd.DataFrame:
-    return _paired(frame, defaults, "oracle")
+    return _paired(frame, defaults, "table10")
 
 
 def table10_oracle(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
@@ -225,11 +249,11 @@ def table10_oracle(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     cells = cells10(frame, defaults)
     metrics = ["alpha", "t_verify_s", "E"]
     table = assemble(cells, ROW_KEYS, metrics, "Dataset", BENCHMARKS, False, _paper(10, _dataset_col), PAPER_KEYS)
-    return with_intervals(table, cells, ROW_KEYS, metrics, False, (("oracle", "ecospec"),))
+    return with_intervals(table, cells, ROW_KEYS, metrics, False, sweep("table10").pairs)
 
 
 def cells11(frame, defaults=None) -> pd.DataFrame:
-    return _swept(frame, defaults, "gamma")
+    return _swept(frame, defaults, "gamma", "table11_12")
 
 
 def table11_12_gamma(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
@@ -240,7 +264,7 @@ def table11_12_gamma(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
     paper = pd.concat([_paper(11, _dataset_col), _paper(12, _dataset_col)], ignore_index=True)
     rows = [*ROW_KEYS, "gamma"]
     table = assemble(cells, rows, SPD_ALPHA_E, "Dataset", BENCHMARKS, True, paper, [*PAPER_KEYS, "gamma"])
-    return with_intervals(table, cells, rows, SPD_ALPHA_E, True, (("ecospec", "baseline"),))
+    return with_intervals(table, cells, rows, SPD_ALPHA_E, True, sweep("table11_12").pairs)
 
 
 def cells13(frame, defaults=None) -> pd.DataFrame:

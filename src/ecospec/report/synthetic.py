@@ -17,13 +17,24 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 
 import numpy as np
+import yaml
 
+from ecospec import conf_dir, sources
 from ecospec.analysis.model_config import load_model_config
 from ecospec.analysis.weight_bytes import model_cost, verify_hbm_bytes
+from ecospec.drafters.registry import kinds as drafter_kinds
 from ecospec.experiment.config import cell_config, cell_id, cell_name, method_config
 from ecospec.experiment.records import SCHEMA
+from ecospec.methods import AR
+from ecospec.report.frame import MODELS as PAPER_MODELS
+from ecospec.report.frame import VARIANT_DRAFTERS
+from ecospec.report.lineup import BASE_ROLE, budgeted, conf_of, named_for, role_of, spec_of, sweep
+from ecospec.report.moespec import NAME as MOESPEC
 
-MODELS = ("qwen3", "gptoss", "deepseek", "tiny")
+EMBEDDED = next(
+    p.stem for p in sorted((conf_dir() / "model").glob("*.yaml")) if sources.builtin(yaml.safe_load(p.read_text()))
+)
+MODELS = (*PAPER_MODELS, EMBEDDED)  # the paper's models, then the embedded default
 DATASETS = ("gsm8k", "humaneval", "aime25", "math500", "amc", "mtbench", "mmstar")
 BUDGETS = {"qwen3": (16, 32, 64), "tiny": (4, 8, 16)}  # MoE-Spec cells (expert budgets) after the paper's grid
 # model -> (baseline E, EcoSpec E, baseline α, EcoSpec α, AR s per token, baseline T_verify s, T_draft s)
@@ -33,6 +44,8 @@ PAPERISH = {
     "deepseek": (31.4, 31.2, 2.85, 2.79, 0.369, 0.980, 0.008),
     "tiny": (9.5, 8.4, 2.1, 2.0, 0.004, 0.006, 0.012),
 }
+# (E, α) factors of a method past its role's numbers above (the ablation's and the oracle's effects)
+EFFECT = {"global_cost": (1.03, 0.88), "oracle": (0.98, 1.0)}
 GPU = "NVIDIA H100 80GB HBM3"
 BATCH_GPU = "NVIDIA H200"
 CPU = "AMD EPYC 7B13 (2 threads)"
@@ -57,39 +70,75 @@ ENV = {
 }
 
 
+def _own(experiment: str, model: str) -> list[str]:
+    """The methods `experiment` sweeps (conf/experiment), its baseline under the name of `model`'s own drafter."""
+    own = named_for(_model(model)[0]["default_drafter"])
+    return [own if role_of(m) == BASE_ROLE else m for m in sweep(experiment).methods]
+
+
 def _grid() -> list[dict]:
-    """One dict per cell of the paper's sweeps: experiment, model, method, dataset and the knobs that differ."""
+    """One dict per cell of the paper's sweeps (their methods as conf/experiment lists them): experiment, model,
+    method, dataset and the knobs that differ."""
     cells = []
+    # Table 5's methods that draft with the model's own kind: the variant head enters through its checkpoint path
+    drafts_own = [m for m in sweep("table5").methods if conf_of(m)["drafter"] not in VARIANT_DRAFTERS]
     for model in MODELS:
-        base = "mtp" if model == "deepseek" else "eagle3"
         for ds in DATASETS:
             for t in (0.0, 1.0):
-                for method in ("ar", "baseline", "ecospec"):
+                for method in (AR, *sweep("table1").methods):
                     cells.append({"experiment": "table1", "model": model, "method": method, "dataset": ds, "T": t})
             for gamma in (3, 4, 5, 6):
-                for method in (base, "ecospec"):
+                for method in _own("table11_12", model):
                     cells.append(
                         {"experiment": "table11_12", "model": model, "method": method, "dataset": ds, "gamma": gamma}
                     )
             for b in (1, 2, 4, 8):
-                for method in ("ar", base, "ecospec"):
+                for method in (AR, *_own("table6_7", model)):
                     cells.append({"experiment": "batch", "model": model, "method": method, "dataset": ds, "B": b})
-            if model != "deepseek":
-                for method in ("eagle3", "ecospec"):
-                    cells.append({"experiment": "gto", "model": model, "method": method, "dataset": ds, "gto": True})
-        for method in ("global_cost", "ecospec"):
+            if _model(model)[0]["default_drafter"] == _variant_of():
+                for method in drafts_own:
+                    cells.append({"experiment": "table5", "model": model, "method": method, "dataset": ds, "gto": True})
+        for method in sweep("table4").methods:
             cells.append({"experiment": "table4", "model": model, "method": method, "dataset": "gsm8k"})
         for ds in ("gsm8k", "mtbench"):
             for ckpt in ("acc50", "acc60", "final"):
-                cells.append({"experiment": "table9", "model": model, "method": "ecospec", "dataset": ds, "ckpt": ckpt})
-            for method in ("oracle", "ecospec"):
+                for method in sweep("table9").methods:
+                    cells.append(
+                        {"experiment": "table9", "model": model, "method": method, "dataset": ds, "ckpt": ckpt}
+                    )
+            for method in sweep("table10").methods:
                 cells.append({"experiment": "table10", "model": model, "method": method, "dataset": ds})
     for model, budgets in BUDGETS.items():
         for ds in ("gsm8k", "humaneval"):
-            for method in ("moespec", "ecospec_moespec"):
+            for method in [m for m in sweep(MOESPEC).methods if m in budgeted().values()]:
                 for b in budgets:
-                    cells.append({"experiment": "moespec", "model": model, "method": method, "dataset": ds, "EB": b})
+                    cells.append({"experiment": MOESPEC, "model": model, "method": method, "dataset": ds, "EB": b})
     return cells
+
+
+def _variant_of() -> str | None:
+    """The drafter kind a variant head (GTO's: no model's standard drafter) trains further."""
+    return next((k.shape_of for k in drafter_kinds() if not k.standard), None)
+
+
+def _cost_aware(method: str) -> bool:
+    """EcoSpec's numbers: an unbudgeted method past AR and the baseline (its budgeted twin keeps the baseline's)."""
+    return role_of(method) not in (AR, BASE_ROLE) and not conf_of(method).get("budgeted")
+
+
+def _learned(method: str) -> bool:
+    """It runs the learned expert predictor."""
+    return spec_of(method).predictor == "learned"
+
+
+@cache
+def _knobs(model: str) -> dict:
+    """max_new_tokens and num_prompts of the experiment that runs `model`'s main cells (the embedded default's
+    tiny_repro, the paper's table1)."""
+    conf = yaml.safe_load(
+        (conf_dir() / "experiment" / f"{'tiny_repro' if model == EMBEDDED else 'table1'}.yaml").read_text()
+    )
+    return {"max_new_tokens": conf["max_new_tokens"], "num_prompts": conf["num_prompts"]}
 
 
 @cache
@@ -101,7 +150,7 @@ def _model(name: str) -> tuple[dict, object]:
 
 def _config(c: dict, seed: int) -> dict:
     model = dict(_model(c["model"])[0])
-    kind = "mtp" if c["model"] == "deepseek" else "eagle3"
+    kind = model["default_drafter"]
     if c.get("gto"):
         model["drafters"] = {**model["drafters"], kind: {**model["drafters"][kind], "path": f"gto/{c['model']}-{kind}"}}
     model["predictor"] = {**model["predictor"], "checkpoint": c.get("ckpt", model["predictor"]["checkpoint"])}
@@ -117,8 +166,7 @@ def _config(c: dict, seed: int) -> dict:
         "depth": 3,
         "topk": 2,
         "batch_size": c.get("B", 1),
-        "max_new_tokens": 64 if c["model"] == "tiny" else 512,
-        "num_prompts": 8 if c["model"] == "tiny" else 100,
+        **_knobs(c["model"]),
         "seed": seed,
         **({"expert_budget": c["EB"], "budget_policy": "truncate"} if "EB" in c else {}),
     }
@@ -130,16 +178,14 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
     noise = lambda s=0.04: float(rng.normal(1.0, s))  # noqa: E731
     gamma, batch = cfg["gamma"], cfg["batch_size"]
     scale_e = (1 + 0.18 * (gamma - 4)) * batch**0.55
-    if method == "ar":  # one token per step; E = k at B=1 (a batch's tokens route apart)
+    if method == AR:  # one token per step; E = k at B=1 (a batch's tokens route apart)
         alpha, e, t_verify, t_draft, t_pred = 1.0, k * batch**0.7, t_ar * batch**0.3 * noise(0.02), 0.0, 0.0
     else:
-        eco = method in ("ecospec", "global_cost", "oracle")
+        eco = _cost_aware(method)
         e = (e_eco if eco else e_base) * scale_e
         alpha = (a_eco if eco else a_base) * (1 + 0.1 * (gamma - 4))
-        if method == "global_cost":
-            e, alpha = e * 1.03, alpha * 0.88
-        if method == "oracle":
-            e = e * 0.98
+        e_by, alpha_by = EFFECT.get(method, (1.0, 1.0))
+        e, alpha = e * e_by, alpha * alpha_by
         if c.get("ckpt") in ("acc50", "acc60"):
             e, alpha = e * (1.08 if c["ckpt"] == "acc50" else 1.04), alpha * 0.97
         if c.get("gto"):
@@ -148,16 +194,16 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
             bite = max(0.0, 1.0 - c["EB"] / e)
             e, alpha = min(e, c["EB"]), alpha * (1.0 - 0.3 * bite)
         t_verify = tv_base * (e / e_base) ** 0.6 * batch**0.3
-        t_pred = 0.004 if eco and method != "oracle" else 0.0
+        t_pred = 0.004 if eco and _learned(method) else 0.0
         alpha, e, t_verify = alpha * noise(), min(e * noise(), cost.num_experts), t_verify * noise()
-    t_select = 3e-5 if method != "ar" else 0.0
+    t_select = 3e-5 if method != AR else 0.0
     t_step = t_pred + t_draft + t_select + t_verify
     ar_t_step = t_ar * batch**0.3 * noise(0.02)
     steps = int(cfg["num_prompts"] * cfg["max_new_tokens"] / alpha)
     tokens = int(steps * alpha)
     tps, ar_tps = alpha / t_step, 1.0 / ar_t_step
     cap = min(c.get("EB", cost.num_experts), cost.num_experts)  # a budgeted pass activates at most B experts
-    by_layer = rng.normal(min(e, cap), 0.0 if method == "ar" else 0.1 * e, cost.moe_layers).clip(k, cap)
+    by_layer = rng.normal(min(e, cap), 0.0 if method == AR else 0.1 * e, cost.moe_layers).clip(k, cap)
     return {
         "alpha": alpha,
         "experts_per_layer": float(by_layer.mean()),
@@ -179,7 +225,7 @@ def _summary(c: dict, cfg: dict, rng: np.random.Generator, cost) -> dict:
         "matches_ar": 1.0 if cfg["temperature"] == 0 else None,
         "hbm_bytes_per_verify": verify_hbm_bytes(cost, float(by_layer.mean())),
         "predictor_accuracy": ACCURACY.get(cfg["model"]["predictor"]["checkpoint"])
-        if c["method"] in ("ecospec", "global_cost")
+        if _cost_aware(method) and _learned(method)
         else None,
         "top_k": k,
         "num_experts": cost.num_experts,
@@ -231,7 +277,7 @@ def _full_prompts(summary: dict, cfg: dict, rng: np.random.Generator) -> list[di
     """One row per prompt as `experiment.metrics.public_row` stores it: its generated token ids (eos-truncated at
     a random length, at most max_new_tokens), step counts, phase seconds and per-layer experts."""
     dataset, gamma, top = cfg["dataset"]["name"], cfg["gamma"], cfg["max_new_tokens"]
-    spread = 0.0 if cfg["method"]["name"] == "ar" else 0.1 * summary["experts_per_layer"]
+    spread = 0.0 if cfg["method"]["name"] == AR else 0.1 * summary["experts_per_layer"]
     rows = []
     for i in range(cfg["num_prompts"]):
         n = int(rng.integers(max(1, top // 4), top + 1))
@@ -362,7 +408,7 @@ def iter_records(n: int, seed: int = 0, full_rows: bool = False) -> Iterator[dic
         c = grid[c]
         cfg = _config(c, seed=r)
         name = c["experiment"] + (f"_rerun{r}" if r else "")
-        device = "cpu" if c["model"] == "tiny" else "cuda:0"
+        device = "cpu" if c["model"] == EMBEDDED else "cuda:0"
         hardware = CPU if device == "cpu" else BATCH_GPU if c["experiment"] == "batch" else GPU
         finished = start + timedelta(minutes=i)
         wall = float(rng.uniform(20, 900))
@@ -389,7 +435,7 @@ def iter_records(n: int, seed: int = 0, full_rows: bool = False) -> Iterator[dic
                 rec["ar_prompts"] = _ar_rows(summary, cfg, rows_rng)
                 rec["prompts"] = _full_prompts(summary, cfg, rows_rng)
             rec["expert_load"] = _load(summary, rng)
-            if r == 0 and c["experiment"] == "table1" and c["model"] == "tiny" and c["method"] != "ar":
+            if r == 0 and c["experiment"] == "table1" and c["model"] == EMBEDDED and c["method"] != AR:
                 rec["trace"] = _trace(cfg, _model(c["model"])[1], np.random.default_rng([seed, i]))  # own stream
             rec["status"] = "ok"  # keeps its place after `experiment`, as in run_cell
         rec["finished"] = finished.isoformat(timespec="seconds")
