@@ -110,16 +110,14 @@ def table03_latency(frame: pd.DataFrame, defaults=None) -> pd.DataFrame:
 
 
 def _paired(frame, defaults, experiment: str) -> pd.DataFrame:
-    """Standard cells of the roles `experiment` runs, at each (model, T, benchmark) that has a cell of a role the
-    main table does not show (the ablation's, the oracle's)."""
+    """Standard cells of the roles `experiment` runs (the ablation or the oracle, and EcoSpec), at each (model, T,
+    benchmark) where every one of them ran."""
     roles = _roles(experiment)
-    extra = [r for r in roles if r not in _roles(MAIN_TABLE)]
     df = prepare(frame, defaults)
     df = at_main(df[df["standard"] & df["role"].isin(roles)])
     df = newest(df, ["model", "temperature", "role", "drafter", "dataset"])
-    have = df.loc[df["role"].isin(extra), ["model", "temperature", "dataset"]].drop_duplicates()
-    keep = pd.MultiIndex.from_frame(df[["model", "temperature", "dataset"]]).isin(pd.MultiIndex.from_frame(have))
-    return df[keep]
+    every = df.groupby(["model", "temperature", "dataset"])["role"].transform("nunique") == len(roles)
+    return df[every]
 
 
 def cells04(frame, defaults=None) -> pd.DataFrame:
