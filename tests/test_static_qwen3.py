@@ -7,6 +7,7 @@ import torch
 from conftest import batch_predictor, eagle3_drafter
 
 from ecospec.engine.forward import attention_layout, forward_block, new_cache
+from ecospec.engine.graphs import inductor_cache
 from ecospec.engine.routing import RoutingCapture
 from ecospec.engine.static_qwen3 import (
     StaticQwen3,
@@ -199,6 +200,7 @@ def test_compiled_step_matches_uncompiled():
     routes and cache rows."""
     target = tiny_model("qwen3_moe-b", seed=4, num_hidden_layers=3)
     static = StaticQwen3(target, MAX_LEN)
+    inductor_cache()  # the engine's cache per instruction set: torch's default one mixes them
     step = torch.compile(static, dynamic=False, fullgraph=True)
     prompt = torch.randint(3, target.config.vocab_size, (10,), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
