@@ -1,5 +1,7 @@
-"""The methods a page shows, as the registries describe them (`ecospec.methods`, `drafters.registry`): a page reads
-which methods its records hold and asks here for their order, labels and kind, so it names none itself."""
+"""The methods a page shows, as the registries describe them (`ecospec.methods`, `drafters.registry`, conf/method),
+so that no page names one itself. Two kinds of page ask here: the MoE-methods and batch pages show the methods their
+records hold (`lineup`: order, labels, kind); a paper table shows the methods its experiment runs (`sweep`: the
+roles of conf/experiment/<table>.yaml's methods and the pairs its ratio rows read)."""
 
 from __future__ import annotations
 
