@@ -50,16 +50,22 @@ def conf_copy(tmp_path, monkeypatch):
     copy = tmp_path / "conf"
     shutil.copytree(conf_dir(), copy)
     monkeypatch.setattr(lineup, "conf_dir", lambda: copy)
-    lineup.sweep.cache_clear()
+    _forget()
     yield copy
+    _forget()
+
+
+def _forget() -> None:
+    """Drop what lineup read of conf/ (it reads each file once)."""
     lineup.sweep.cache_clear()
+    lineup.experiment_conf.cache_clear()
 
 
 def test_a_table_follows_its_experiments_method_list(frame, conf_copy):
     assert set(cells01(frame)["role"]) == {"baseline", "ecospec"}
     path = conf_copy / "experiment" / "table1.yaml"
     path.write_text(path.read_text().replace("method: baseline,ecospec", "method: baseline,ecospec,global_cost"))
-    lineup.sweep.cache_clear()
+    _forget()
     assert set(cells01(frame)["role"]) == {"baseline", "ecospec", "global_cost"}
     table = table01_main(frame)
     ratios = set(table.loc[table["Source"] == "ratio", "Method"])

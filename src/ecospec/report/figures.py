@@ -198,9 +198,9 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
     budget = greedy["expert_budget"] if "expert_budget" in greedy else pd.Series(np.nan, index=greedy.index)
     plain = budget.isna() & ~greedy["drafter"].isin(VARIANT_DRAFTERS)  # lossless, with a model's own drafter
     sd = greedy[role.isin(sweep(GAMMA_SWEEP).roles) & plain & greedy["gamma"].notna()]
-    order = {m: (selector(sel).order, m) for m, sel in sd[["method", "selector"]].drop_duplicates("method").values}
-    drawn = sorted(order, key=order.get)
-    confident = [m for m in drawn if sd.loc[sd["method"] == m, "selector"].iloc[0] == BASELINE]
+    selector_of = dict(sd[["method", "selector"]].drop_duplicates("method").values)
+    drawn = sorted(selector_of, key=lambda m: (selector(selector_of[m]).order, m))
+    confident = [m for m in drawn if selector_of[m] == BASELINE]
     models = sorted(m for m, g in sd.groupby("model") if g["gamma"].nunique() >= 2)
     if not models:
         return None
@@ -216,7 +216,7 @@ def unique_experts_figure(ok: pd.DataFrame) -> _Drawn | None:
         curves = rows.groupby(["method", "gamma", "dataset"])["E"].mean().groupby(["method", "gamma"]).mean()
         for name in [m for m in drawn if m in curves.index.get_level_values(0)]:
             curve = curves.loc[name]
-            spec = selector(rows.loc[rows["method"] == name, "selector"].iloc[0])
+            spec = selector(selector_of[name])
             label = f"{spec.label or spec.name} ({name})"
             ax.plot(
                 curve.index.to_numpy(float),

@@ -13,6 +13,7 @@ import yaml
 
 from ecospec import conf_dir
 from ecospec.drafters.registry import labels as drafter_labels
+from ecospec.experiment.config import method_config
 from ecospec.methods import AR, CHAIN, TREE, MethodSpec, method, names
 
 BASELINE = "confidence"  # the selector the others are measured against (EAGLE's, `selector="confidence"`)
@@ -85,10 +86,17 @@ def _listed(value) -> list[str]:
     return [v.strip() for v in str(value).strip("[]").split(",") if v.strip()]
 
 
+conf_of = cache(method_config)  # conf/method/<name>.yaml, read once per name
+
+
+def _method_confs() -> list[dict]:
+    return [conf_of(p.stem) for p in sorted((conf_dir() / "method").glob("*.yaml"))]
+
+
 @cache
-def conf_of(name: str) -> dict:
-    """conf/method/<name>.yaml."""
-    return yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
+def experiment_conf(name: str) -> dict:
+    """conf/experiment/<name>.yaml as written (its sweep's values unexpanded)."""
+    return yaml.safe_load((conf_dir() / "experiment" / f"{name}.yaml").read_text())
 
 
 def spec_of(name: str) -> MethodSpec:
@@ -109,7 +117,7 @@ def _order(name: str) -> int:
 def sweep(experiment: str) -> Sweep:
     """The line-up of conf/experiment/<experiment>.yaml: its sweep's methods (each grid's, then `params`, as the
     sweepers expand them), else the method its defaults pick, each followed by what its cells interleave."""
-    conf = yaml.safe_load((conf_dir() / "experiment" / f"{experiment}.yaml").read_text())
+    conf = experiment_conf(experiment)
     chosen = [
         next(iter(d.values())) for d in conf.get("defaults") or () if isinstance(d, dict) and "override /method" in d
     ]
@@ -140,16 +148,16 @@ def sweep(experiment: str) -> Sweep:
 @cache
 def budgeted() -> dict[str, str]:
     """role -> the conf/method name of the method of that role that caps the experts a verify pass loads."""
-    confs = [conf_of(p.stem) for p in sorted((conf_dir() / "method").glob("*.yaml"))]
-    return {role_of(c["name"]): c["name"] for c in confs if c.get("budgeted")}
+    return {role_of(c["name"]): c["name"] for c in _method_confs() if c.get("budgeted")}
 
 
 def named_for(kind: str) -> str:
     """The conf/method that drafts with drafter `kind` by confidence selection, unbudgeted: the model's own
     baseline under its drafter's name."""
-    confs = [conf_of(p.stem) for p in sorted((conf_dir() / "method").glob("*.yaml"))]
     found = [
-        c["name"] for c in confs if c.get("drafter") == kind and c["selector"] == BASELINE and not c.get("budgeted")
+        c["name"]
+        for c in _method_confs()
+        if c.get("drafter") == kind and c["selector"] == BASELINE and not c.get("budgeted")
     ]
     if not found:
         raise ValueError(f"no conf/method drafts with {kind!r} by confidence selection")

@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 
 import numpy as np
-import yaml
 
 from ecospec import conf_dir, sources
 from ecospec.analysis.model_config import load_model_config
@@ -28,11 +27,11 @@ from ecospec.experiment.records import SCHEMA
 from ecospec.methods import AR
 from ecospec.report.frame import MODELS as PAPER_MODELS
 from ecospec.report.frame import VARIANT_DRAFTERS
-from ecospec.report.lineup import BASE_ROLE, budgeted, conf_of, named_for, role_of, spec_of, sweep
+from ecospec.report.lineup import BASE_ROLE, budgeted, conf_of, experiment_conf, named_for, role_of, spec_of, sweep
 from ecospec.report.moespec import NAME as MOESPEC
 
 EMBEDDED = next(
-    p.stem for p in sorted((conf_dir() / "model").glob("*.yaml")) if sources.builtin(yaml.safe_load(p.read_text()))
+    p.stem for p in sorted((conf_dir() / "model").glob("*.yaml")) if sources.builtin(load_model_config(p.stem))
 )
 MODELS = (*PAPER_MODELS, EMBEDDED)  # the paper's models, then the embedded default
 DATASETS = ("gsm8k", "humaneval", "aime25", "math500", "amc", "mtbench", "mmstar")
@@ -135,9 +134,7 @@ def _learned(method: str) -> bool:
 def _knobs(model: str) -> dict:
     """max_new_tokens and num_prompts of the experiment that runs `model`'s main cells (the embedded default's
     tiny_repro, the paper's table1)."""
-    conf = yaml.safe_load(
-        (conf_dir() / "experiment" / f"{'tiny_repro' if model == EMBEDDED else 'table1'}.yaml").read_text()
-    )
+    conf = experiment_conf("tiny_repro" if model == EMBEDDED else "table1")
     return {"max_new_tokens": conf["max_new_tokens"], "num_prompts": conf["num_prompts"]}
 
 
